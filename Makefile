@@ -1,0 +1,37 @@
+# Every target bootstraps .venv itself: a machine with only Python 3.11+ is enough.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+READY := $(VENV)/.ready-$(shell cksum pyproject.toml | cut -d' ' -f1)
+DEMO := .demo
+
+.PHONY: demo test lint format bench faults clean
+
+$(READY): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "volumetool needs Python 3.11 or newer")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
+	@rm -f $(VENV)/.ready-* && touch $@
+
+demo: $(READY)
+	rm -rf $(DEMO)
+	$(BIN)/volumetool demo $(DEMO)/ --sessions 40 --config-out $(DEMO)/agent.yaml
+	$(BIN)/volumetool status $(DEMO)
+	$(BIN)/volumetool sessions $(DEMO) -n 10
+
+test: $(READY)
+	$(BIN)/python -m pytest
+
+lint: $(READY)
+	$(BIN)/ruff check volumetool tests
+	$(BIN)/ruff format --check volumetool tests
+
+format: $(READY)
+	$(BIN)/ruff check --fix volumetool tests
+	$(BIN)/ruff format volumetool tests
+
+bench: $(READY)
+	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
+
+clean:
+	rm -rf $(VENV) $(DEMO) bench/.cache .hypothesis *.egg-info

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, settings
+
+from tests.volumes import VolumeWriter
+from volumetool.cli import cli
+
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+class Result:
+    def __init__(self, result) -> None:
+        self.exit_code = result.exit_code
+        self.stdout = result.stdout
+        self.stderr = result.stderr
+        self.exception = result.exception
+
+    def __repr__(self) -> str:
+        return f"<exit {self.exit_code} stdout={self.stdout[:300]!r} stderr={self.stderr[:300]!r}>"
+
+
+@pytest.fixture
+def run_cli(monkeypatch):
+    """Run volumetool in-process; returns exit code, stdout and stderr."""
+    monkeypatch.delenv("VOLUMETOOL_VOLUME", raising=False)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+
+    def run(*args: str | Path, input: str | bytes | None = None, env: dict | None = None):
+        runner = CliRunner()
+        result = runner.invoke(
+            cli, [str(a) for a in args], input=input, env=env, catch_exceptions=True
+        )
+        return Result(result)
+
+    return run
+
+
+@pytest.fixture
+def writer(tmp_path) -> VolumeWriter:
+    w = VolumeWriter(tmp_path / "agent.db")
+    yield w
+    w.close()
+
+
+def assert_clean_error(result: Result, code: int, *fragments: str) -> None:
+    """Exit `code`, one line on stderr naming the problem, no traceback, nothing on stdout."""
+    assert result.exit_code == code, result
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines, result
+    message = lines[-1] if lines[0].startswith("Usage:") else lines[0]
+    if not lines[0].startswith(("Usage:", "Try ")):
+        assert len(lines) == 1, lines
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+@pytest.fixture(scope="session")
+def run_cli_factory():
+    """run_cli for Hypothesis tests, which cannot take function-scoped fixtures."""
+
+    def run(*args, input=None):
+        env = {"VOLUMETOOL_VOLUME": "", "GITHUB_ACTIONS": ""}
+        return Result(CliRunner().invoke(cli, [str(a) for a in args], input=input, env=env))
+
+    return run

@@ -1,0 +1,287 @@
+"""status, sessions, transcript, runs and audit report exactly what the volume holds."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from tests.conftest import assert_clean_error
+from tests.volumes import VolumeWriter
+
+
+@pytest.fixture
+def volume(tmp_path):
+    """Two keys; one archived thread; folded messages written by hand; runs of every kind."""
+    w = VolumeWriter(tmp_path / "agent.db", name="ops-bot")
+    old = w.thread("discord:1/2", status="archived")
+    w.turn(old, 0)
+    w.audit("thread", {"action": "new", "archived_session_id": old}, session=old)
+    a = w.thread("discord:1/2", summary="Earlier: the user wants weekly reports.")
+    compaction = w.run(
+        a,
+        trigger="compaction",
+        input_tokens=4000,
+        output_tokens=300,
+        last_input_tokens=4000,
+        model="gpt-4.1-mini",
+    )
+    folded = w.turn(a, 1, tool=True, folded_by=compaction) + w.turn(a, 2, folded_by=compaction)
+    w.message(a, "system", "channel context")  # a live message between (prefix-like)
+    live = w.turn(a, 3, tool=True) + w.turn(a, 4)
+    w.run(a, input_tokens=60000, output_tokens=500, last_input_tokens=52000)
+    b = w.thread("telegram:99", channel="telegram")
+    w.turn(b, 1)
+    w.run(
+        b,
+        status="error",
+        input_tokens=None,
+        output_tokens=None,
+        last_input_tokens=None,
+        error="provider error: 529",
+    )
+    w.run(None, trigger="schedule", input_tokens=10, output_tokens=5, last_input_tokens=10)
+    w.run(
+        a,
+        trigger="compaction",
+        status="error",
+        input_tokens=None,
+        output_tokens=None,
+        last_input_tokens=None,
+        error="HTTP 500",
+    )
+    w.audit("memory", {"action": "remember", "key": "deploy_region"}, session=b)
+    w.audit("memory", {"action": "forget", "key": "old_key"})
+    w.audit("permission", {"tool": "read_file", "decision": "allow"}, session=a)
+    w.audit("compaction", {"action": "failed", "reason": "HTTP 500"}, session=a)
+    w.memory("deploy_region", "always deploy to us-east")
+    w.memory("user.tz", "Europe/Berlin")
+    w.close()
+    return {"path": w.path, "folded": folded, "live": live, "a": a, "b": b, "old": old}
+
+
+def test_status_json_counts_match_what_was_written(volume, run_cli):
+    result = run_cli("status", volume["path"], "--json")
+    assert result.exit_code == 0, result
+    totals = json.loads(result.stdout)
+    assert totals["agent"] == "ops-bot"
+    assert totals["sessions"] == {"active": 2, "archived": 1}
+    live = len(volume["live"]) + 1 + 2 + 2  # thread a live + system, b's turn, old's turn
+    assert totals["messages"] == {"live": live, "folded": len(volume["folded"])}
+    assert totals["runs"]["total"] == 5
+    assert totals["runs"]["errors"] == 2
+    assert totals["runs"]["by_trigger"] == {"compaction": 2, "message": 2, "schedule": 1}
+    assert totals["tokens"] == {
+        "input": 64010,
+        "output": 805,
+        "compaction_input": 4000,
+        "compaction_output": 300,
+    }
+    assert totals["memories"] == 2
+    assert totals["audit"] == {
+        "total": 5,
+        "by_event": {"compaction": 1, "memory": 2, "permission": 1, "thread": 1},
+    }
+    assert totals["schema"]["pending"] == [] and totals["schema"]["newer"] == []
+    assert totals["schema"]["version"] == "m005_listing_indexes"
+    assert totals["file_bytes"] == volume["path"].stat().st_size
+    assert totals["last_activity"].startswith("2026-11-01T")
+    assert set(totals) == {
+        "agent",
+        "path",
+        "file_bytes",
+        "schema",
+        "sessions",
+        "messages",
+        "runs",
+        "tokens",
+        "memories",
+        "audit",
+        "last_activity",
+    }
+
+
+def test_status_text(volume, run_cli):
+    result = run_cli("status", volume["path"])
+    assert result.exit_code == 0
+    assert "2 active, 1 archived" in result.stdout
+
+
+def test_sessions_json_fields_and_counts(volume, run_cli):
+    result = run_cli("sessions", volume["path"], "--status", "all", "--json")
+    rows = {r["id"]: r for r in json.loads(result.stdout)}
+    assert list(rows[volume["a"]]) == [
+        "id",
+        "conversation_key",
+        "channel",
+        "status",
+        "turns",
+        "messages",
+        "has_summary",
+        "last_input_tokens",
+        "compactions",
+        "created_at",
+        "updated_at",
+    ]
+    a = rows[volume["a"]]
+    assert (a["turns"], a["messages"], a["has_summary"]) == (2, len(volume["live"]) + 1, True)
+    assert a["last_input_tokens"] == 52000
+    assert a["compactions"] == 1  # the failed compaction is not one
+    b = rows[volume["b"]]
+    assert (b["turns"], b["messages"], b["has_summary"], b["compactions"]) == (1, 2, False, 0)
+    assert b["last_input_tokens"] is None
+    assert rows[volume["old"]]["status"] == "archived"
+
+
+def test_sessions_filters(volume, run_cli):
+    def ids(*args):
+        return [
+            r["id"] for r in json.loads(run_cli("sessions", volume["path"], "--json", *args).stdout)
+        ]
+
+    assert sorted(ids()) == sorted([volume["a"], volume["b"]])
+    assert ids("--status", "archived") == [volume["old"]]
+    assert ids("--key", "telegram:*") == [volume["b"]]
+    assert ids("--channel", "discord") == [volume["a"]]
+    assert ids("--since", "2000-01-01") and ids("--since", "2099-01-01") == []
+
+
+def test_transcript_replays_summary_then_live_messages(volume, run_cli):
+    result = run_cli("transcript", volume["path"], "discord:1/2", "--json")
+    rows = json.loads(result.stdout)
+    assert rows[0]["role"] == "summary" and rows[0]["id"] is None
+    assert rows[0]["content"] == "Earlier: the user wants weekly reports."
+    ids = [r["id"] for r in rows[1:]]
+    assert ids == sorted(ids)
+    assert set(ids).isdisjoint(volume["folded"])
+    assert set(volume["live"]) <= set(ids)
+    assert all(r["folded_by"] is None for r in rows)
+    tool_call = next(r for r in rows if r["tool_calls"])
+    assert tool_call["tool_calls"][0]["function"]["name"] == "read_file"
+
+
+def test_transcript_full_marks_folded_messages(volume, run_cli):
+    rows = json.loads(
+        run_cli("transcript", volume["path"], "discord:1/2", "--full", "--json").stdout
+    )
+    folded = [r["id"] for r in rows if r["folded_by"] is not None]
+    assert folded == volume["folded"]
+
+
+def test_transcript_of_an_archived_thread_and_errors(volume, run_cli):
+    rows = json.loads(
+        run_cli(
+            "transcript", volume["path"], "discord:1/2", "--session", volume["old"], "--json"
+        ).stdout
+    )
+    assert [r["content"] for r in rows] == ["question 0", "answer 0"]
+    assert_clean_error(run_cli("transcript", volume["path"], "nope"), 1, "no active thread")
+    assert_clean_error(
+        run_cli("transcript", volume["path"], "telegram:99", "--session", volume["a"]),
+        1,
+        "no thread",
+    )
+
+
+def test_runs_listing_and_filters(volume, run_cli):
+    def rows(*args):
+        return json.loads(run_cli("runs", volume["path"], "--json", *args).stdout)
+
+    everything = rows()
+    assert [r["id"] for r in everything] == [5, 4, 3, 2, 1]  # newest first
+    assert everything[0]["conversation_key"] == "discord:1/2"
+    assert list(everything[0]) == [
+        "id",
+        "session_id",
+        "conversation_key",
+        "trigger",
+        "model",
+        "status",
+        "input_tokens",
+        "output_tokens",
+        "last_input_tokens",
+        "error",
+        "started_at",
+        "finished_at",
+    ]
+    assert [r["id"] for r in rows("--trigger", "compaction")] == [5, 1]
+    assert [r["id"] for r in rows("--status", "error")] == [5, 3]
+    assert [r["id"] for r in rows("--key", "telegram:99")] == [3]
+    assert rows("--since", "1d") == []
+    schedule = rows("--trigger", "schedule")[0]
+    assert schedule["session_id"] is None and schedule["conversation_key"] is None
+
+
+def test_audit_listing_and_filters(volume, run_cli):
+    def rows(*args):
+        return json.loads(run_cli("audit", volume["path"], "--json", *args).stdout)
+
+    everything = rows()
+    assert len(everything) == 5
+    assert isinstance(everything[0]["detail"], dict)
+    assert list(everything[0]) == [
+        "id",
+        "ts",
+        "event",
+        "detail",
+        "session_id",
+        "conversation_key",
+        "run_id",
+        "actor",
+    ]
+    assert [r["detail"]["action"] for r in rows("--event", "memory")] == ["forget", "remember"]
+    assert [r["detail"]["key"] for r in rows("--action", "forget")] == ["old_key"]
+    assert [r["event"] for r in rows("--key", "deploy_region")] == ["memory"]
+    assert {r["event"] for r in rows("--key", "discord:1/2")} == {
+        "permission",
+        "compaction",
+        "thread",
+    }
+    assert [r["event"] for r in rows("--key", "telegram:99")] == ["memory"]
+
+
+def test_audit_detail_that_is_not_json_is_shown_as_text(writer, run_cli):
+    writer.audit("permission", "not json {")
+    rows = json.loads(run_cli("audit", writer.path, "--json", "--action", "x").stdout)
+    assert rows == []
+    rows = json.loads(run_cli("audit", writer.path, "--json").stdout)
+    assert rows[0]["detail"] == "not json {"
+
+
+@pytest.mark.parametrize(
+    "listing", [["sessions"], ["runs"], ["audit"], ["memories", "list"], ["transcript", "KEY"]]
+)
+def test_every_listing_in_every_format(volume, run_cli, listing):
+    def run(*args):
+        command = [*listing]
+        where = 2 if listing[0] == "memories" else 1
+        command.insert(where, volume["path"])
+        command = ["discord:1/2" if c == "KEY" else c for c in command]
+        result = run_cli(*command, *args)
+        assert result.exit_code == 0, result
+        return result
+
+    as_json = json.loads(run("--json").stdout)
+    assert as_json
+    nl = [json.loads(line) for line in run("--nl").stdout.split("\n") if line]
+    assert nl == as_json
+    parsed = list(csv.DictReader(io.StringIO(run("--csv").stdout)))
+    first = next(iter(as_json[0]))
+    assert [r[first] for r in parsed] == [str(r[first] or "") for r in as_json]
+    tsv = list(csv.DictReader(io.StringIO(run("--tsv").stdout), delimiter="\t"))
+    assert tsv == parsed
+    table = run().stdout
+    assert table.splitlines()[0].split()[0] == first
+    assert "|" in run("--fmt", "github").stdout
+    one = run("-n", "1", "--json")
+    assert len(json.loads(one.stdout)) == 1
+    assert "showing the first 1" in one.stderr
+    assert len(json.loads(run("-n", "0", "--json").stdout)) == len(as_json)
+    assert run("--json").stderr == ""
+
+
+def test_unknown_table_format_and_bad_since(volume, run_cli):
+    assert_clean_error(run_cli("runs", volume["path"], "--fmt", "nope"), 2)
+    assert_clean_error(run_cli("runs", volume["path"], "--since", "yesterday"), 2)

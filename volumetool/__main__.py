@@ -1,0 +1,3 @@
+from volumetool.cli import main
+
+main()

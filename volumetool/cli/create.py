@@ -1,0 +1,79 @@
+"""init and demo: creating agent files."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+
+@click.command()
+@click.argument("volume", metavar="VOLUME")
+@click.option("--name", default="agent", show_default=True, help="The agent's name (identity).")
+def init(volume: str, name: str) -> None:
+    """Create a new, empty agent file at the current format, in WAL mode.
+
+    VOLUME is the new file, or a directory (existing, or written with a trailing slash) to
+    hold agent.db. An existing file is never overwritten.
+
+    \b
+    Example:
+      volumetool init ./support-bot/ --name support-bot
+    """
+    from volumetool.create import create_volume
+    from volumetool.volume import resolve_new
+
+    path = create_volume(resolve_new(volume), name)
+    click.echo(f"volumetool: created {path}", err=True)
+
+
+@click.command()
+@click.argument("volume", metavar="VOLUME")
+@click.option(
+    "--sessions",
+    type=click.IntRange(min=1),
+    default=12,
+    show_default=True,
+    help="How many threads (archived ones included).",
+)
+@click.option(
+    "--seed", type=int, default=1, show_default=True, help="The same seed writes the same volume."
+)
+@click.option("--name", default="demo-agent", show_default=True, help="The agent's name.")
+@click.option(
+    "--config-out",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also write a matching agent YAML here.",
+)
+def demo(volume: str, sessions: int, seed: int, name: str, config_out: str | None) -> None:
+    """Write a realistic sample volume: threads on several channels with tool calls, archived
+    threads, compacted threads and threads due for compaction, runs (compaction runs and
+    failed ones among them), memories and their audit events.
+
+    The content is the same for the same --seed (timestamps end on 2026-11-30). Refuses to
+    overwrite VOLUME or FILE.
+
+    \b
+    Example:
+      volumetool demo ./vol --sessions 200 --seed 7 --config-out agent.yaml
+    """
+    from pathlib import Path
+
+    from volumetool import demo as demo_volume
+    from volumetool.create import refuse_existing
+    from volumetool.volume import resolve_new
+
+    path = resolve_new(volume)
+    config_path = Path(config_out) if config_out else None
+    if config_path:
+        refuse_existing(config_path)
+    started = time.monotonic()
+    counts = demo_volume.build(path, sessions, seed, name, config_path)
+    took = time.monotonic() - started
+    click.echo(
+        f"volumetool: wrote {path}: {counts.sessions:,} threads, {counts.messages:,} messages, "
+        f"{counts.runs:,} runs, {counts.audit:,} audit events, {counts.memories:,} memories "
+        f"in {took:.1f}s" + (f"; config {config_path}" if config_path else ""),
+        err=True,
+    )

@@ -1,0 +1,106 @@
+"""Creating agent files: `init`, and the atomic file creation that `demo` also uses.
+
+A new file is built under a temporary name in the target directory and linked into place only
+when complete, so a crash leaves either no file or a whole one, and an existing file is never
+overwritten (the link fails instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from volumetool.errors import UnusableInput
+from volumetool.timefmt import now_iso
+
+
+def refuse_existing(path: Path) -> None:
+    if path.exists() or path.is_symlink():
+        raise UnusableInput(f"{path}: already exists", "refusing to overwrite; pick a new path")
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(tmp: Path, path: Path) -> None:
+    """Move a finished temporary file to `path` without ever replacing an existing file."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        refuse_existing(path)
+        raise
+    except OSError:
+        # Filesystems without hard links: the rename is still atomic, the check just before it
+        # is the best no-overwrite guard they allow.
+        refuse_existing(path)
+        os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+@contextlib.contextmanager
+def staged_file(path: Path, mode: int = 0o600) -> Iterator[Path]:
+    """A temporary sibling of `path` (mode 0600) that becomes `path` when the block succeeds."""
+    refuse_existing(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise UnusableInput(f"{path}: cannot create the file ({exc.strerror})") from None
+    os.close(fd)
+    os.chmod(name, mode)
+    tmp = Path(name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        publish(tmp, path)
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+def apply_migrations(conn: sqlite3.Connection) -> None:
+    """Bring a file to the current format with the `agent-volume` migration set."""
+    import sqlite_utils
+
+    from volumetool.migrations import migrations
+
+    migrations.apply(sqlite_utils.Database(conn))
+
+
+def create_volume(
+    path: Path,
+    name: str,
+    fill: Callable[[sqlite3.Connection], None] | None = None,
+    created_at: str | None = None,
+) -> Path:
+    """Create an agent file at the current format, in WAL mode, optionally filled by `fill`."""
+    with staged_file(path) as tmp:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            # The staged file is private until published, so it needs no crash journal.
+            conn.execute("PRAGMA journal_mode = MEMORY")
+            conn.execute("PRAGMA synchronous = OFF")
+            apply_migrations(conn)
+            conn.execute("BEGIN")
+            conn.executemany(
+                "INSERT INTO identity (key, value) VALUES (?, ?)",
+                [("name", name), ("created_at", created_at or now_iso())],
+            )
+            if fill:
+                fill(conn)
+            conn.execute("COMMIT")
+            conn.execute("PRAGMA journal_mode = WAL")
+        finally:
+            conn.close()
+    return path

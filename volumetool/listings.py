@@ -1,0 +1,312 @@
+"""Reading a volume for people and scripts: /status totals and the session, transcript, run and
+audit listings. Every query here reads through an index; listings are newest first and stop at
+their limit, so they cost the same on a small file and a large one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from volumetool.errors import ProblemsFound
+from volumetool.volume import Volume
+
+SESSION_FIELDS = (
+    "id",
+    "conversation_key",
+    "channel",
+    "status",
+    "turns",
+    "messages",
+    "has_summary",
+    "last_input_tokens",
+    "compactions",
+    "created_at",
+    "updated_at",
+)
+RUN_FIELDS = (
+    "id",
+    "session_id",
+    "conversation_key",
+    "trigger",
+    "model",
+    "status",
+    "input_tokens",
+    "output_tokens",
+    "last_input_tokens",
+    "error",
+    "started_at",
+    "finished_at",
+)
+AUDIT_FIELDS = (
+    "id",
+    "ts",
+    "event",
+    "detail",
+    "session_id",
+    "conversation_key",
+    "run_id",
+    "actor",
+)
+TRANSCRIPT_FIELDS = (
+    "id",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "created_at",
+    "folded_by",
+)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The WHERE clause of a listing, built from the options that were given."""
+
+    clauses: tuple[str, ...] = ()
+    params: tuple[object, ...] = ()
+
+    def add(self, clause: str, *params: object) -> Filters:
+        return Filters((*self.clauses, clause), (*self.params, *params))
+
+    def sql(self) -> str:
+        return ("WHERE " + " AND ".join(self.clauses)) if self.clauses else ""
+
+
+def _limit(limit: int | None) -> int:
+    return -1 if limit is None else limit
+
+
+def _json_value(text: str | None) -> object:
+    """A JSON column as its value; text that is not JSON is shown as it is."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def status(volume: Volume) -> dict:
+    """The /status totals of a volume (the JSON fields of SPEC section 4)."""
+    with volume.snapshot() as conn:
+
+        def scalar(sql: str) -> object:
+            row = conn.execute(sql).fetchone()
+            return row[0] if row else None
+
+        sessions = dict(conn.execute("SELECT status, count(*) FROM sessions GROUP BY status"))
+        total_messages = scalar("SELECT count(*) FROM messages")
+        live = scalar("SELECT count(*) FROM messages WHERE folded_by IS NULL")
+        by_trigger = dict(
+            conn.execute("SELECT trigger, count(*) FROM runs GROUP BY trigger ORDER BY trigger")
+        )
+        errors = scalar("SELECT count(*) FROM runs WHERE status = 'error'")
+        tokens = conn.execute(
+            "SELECT sum(input_tokens), sum(output_tokens),"
+            " sum(CASE WHEN trigger = 'compaction' THEN input_tokens END),"
+            " sum(CASE WHEN trigger = 'compaction' THEN output_tokens END) FROM runs"
+        ).fetchone()
+        by_event = dict(
+            conn.execute("SELECT event, count(*) FROM audit GROUP BY event ORDER BY event")
+        )
+        stamps = [
+            scalar("SELECT max(updated_at) FROM sessions"),
+            scalar("SELECT created_at FROM messages ORDER BY id DESC LIMIT 1"),
+            scalar("SELECT coalesce(finished_at, started_at) FROM runs ORDER BY id DESC LIMIT 1"),
+            scalar("SELECT ts FROM audit ORDER BY id DESC LIMIT 1"),
+            scalar("SELECT max(updated_at) FROM memories"),
+        ]
+        memories = scalar("SELECT count(*) FROM memories")
+        name = scalar("SELECT value FROM identity WHERE key = 'name'")
+    return {
+        "agent": name,
+        "path": str(volume.path),
+        "file_bytes": os.path.getsize(volume.path),
+        "schema": {
+            "version": volume.schema.version,
+            "pending": volume.schema.pending,
+            "newer": volume.schema.newer,
+        },
+        "sessions": {"active": sessions.get("active", 0), "archived": sessions.get("archived", 0)},
+        "messages": {"live": live, "folded": total_messages - live},
+        "runs": {"total": sum(by_trigger.values()), "errors": errors, "by_trigger": by_trigger},
+        "tokens": {
+            "input": tokens[0] or 0,
+            "output": tokens[1] or 0,
+            "compaction_input": tokens[2] or 0,
+            "compaction_output": tokens[3] or 0,
+        },
+        "memories": memories,
+        "audit": {"total": sum(by_event.values()), "by_event": by_event},
+        "last_activity": max((str(s) for s in stamps if s), default=None),
+    }
+
+
+def sessions(
+    conn: sqlite3.Connection,
+    *,
+    key_glob: str | None = None,
+    channel: str | None = None,
+    status: str = "active",
+    since: str | None = None,
+    limit: int | None = None,
+) -> Iterator[dict]:
+    """Threads, most recently updated first, with their live size and compaction count."""
+    where = Filters()
+    if status != "all":
+        where = where.add("s.status = ?", status)
+    if key_glob:
+        where = where.add("s.conversation_key GLOB ?", key_glob)
+    if channel:
+        where = where.add("s.channel = ?", channel)
+    if since:
+        where = where.add("s.updated_at >= ?", since)
+    cursor = conn.execute(
+        f"""SELECT s.id, s.conversation_key, s.channel, s.status,
+  (SELECT count(*) FROM messages m
+     WHERE m.session_id = s.id AND m.folded_by IS NULL AND m.role = 'user') AS turns,
+  (SELECT count(*) FROM messages m WHERE m.session_id = s.id AND m.folded_by IS NULL),
+  s.summary IS NOT NULL,
+  (SELECT r.last_input_tokens FROM runs r
+     WHERE r.session_id = s.id AND r.trigger != 'compaction' ORDER BY r.id DESC LIMIT 1),
+  (SELECT count(*) FROM runs r
+     WHERE r.session_id = s.id AND r.trigger = 'compaction' AND r.status = 'ok'),
+  s.created_at, s.updated_at
+FROM sessions s {where.sql()}
+ORDER BY s.updated_at DESC, s.id DESC LIMIT ?""",
+        (*where.params, _limit(limit)),
+    )
+    for row in cursor:
+        record = dict(zip(SESSION_FIELDS, row, strict=True))
+        record["has_summary"] = bool(record["has_summary"])
+        yield record
+
+
+def find_thread(conn: sqlite3.Connection, key: str, session_id: int | None = None) -> dict:
+    """The active thread under `key`, or the thread `session_id` (which must carry `key`)."""
+    if session_id is not None:
+        row = conn.execute(
+            "SELECT id, status, summary FROM sessions WHERE id = ? AND conversation_key = ?",
+            (session_id, key),
+        ).fetchone()
+        if row is None:
+            raise ProblemsFound(f"no thread {session_id} under key {key!r}")
+    else:
+        row = conn.execute(
+            "SELECT id, status, summary FROM sessions"
+            " WHERE conversation_key = ? AND status = 'active'",
+            (key,),
+        ).fetchone()
+        if row is None:
+            archived = [
+                str(r[0])
+                for r in conn.execute(
+                    "SELECT id FROM sessions WHERE conversation_key = ? ORDER BY id", (key,)
+                )
+            ]
+            hint = f"archived threads: {', '.join(archived)}; pick one with --session ID"
+            raise ProblemsFound(
+                f"no active thread under key {key!r}", hint if archived else "check the key"
+            )
+    return {"id": row[0], "status": row[1], "summary": row[2]}
+
+
+def transcript(
+    conn: sqlite3.Connection, key: str, session_id: int | None = None, full: bool = False
+) -> Iterator[dict]:
+    """The replayed transcript: the summary (a row with role `summary`), then the live
+    messages in id order. `full` also yields the folded messages, which carry `folded_by`."""
+    thread = find_thread(conn, key, session_id)
+    if thread["summary"] is not None:
+        yield dict.fromkeys(TRANSCRIPT_FIELDS) | {"role": "summary", "content": thread["summary"]}
+    live_only = "" if full else "AND folded_by IS NULL"
+    cursor = conn.execute(
+        f"SELECT {', '.join(TRANSCRIPT_FIELDS)} FROM messages"
+        f" WHERE session_id = ? {live_only} ORDER BY id",
+        (thread["id"],),
+    )
+    for row in cursor:
+        record = dict(zip(TRANSCRIPT_FIELDS, row, strict=True))
+        record["tool_calls"] = _json_value(record["tool_calls"])
+        yield record
+
+
+def _sessions_of_key(where: Filters, column: str, key: str) -> Filters:
+    return where.add(f"{column} IN (SELECT id FROM sessions WHERE conversation_key = ?)", key)
+
+
+def runs(
+    conn: sqlite3.Connection,
+    *,
+    key: str | None = None,
+    trigger: str | None = None,
+    status: str | None = None,
+    since: str | None = None,
+    limit: int | None = None,
+) -> Iterator[dict]:
+    """Runs, newest first, with their thread's conversation key."""
+    where = Filters()
+    if key is not None:
+        where = _sessions_of_key(where, "r.session_id", key)
+    if trigger:
+        where = where.add("r.trigger = ?", trigger)
+    if status:
+        where = where.add("r.status = ?", status)
+    if since:
+        where = where.add("r.started_at >= ?", since)
+    columns = ", ".join(
+        "s.conversation_key" if field == "conversation_key" else f"r.{field}"
+        for field in RUN_FIELDS
+    )
+    cursor = conn.execute(
+        f"SELECT {columns} FROM runs r LEFT JOIN sessions s ON s.id = r.session_id"
+        f" {where.sql()} ORDER BY r.id DESC LIMIT ?",
+        (*where.params, _limit(limit)),
+    )
+    for row in cursor:
+        yield dict(zip(RUN_FIELDS, row, strict=True))
+
+
+def audit(
+    conn: sqlite3.Connection,
+    *,
+    event: str | None = None,
+    action: str | None = None,
+    key: str | None = None,
+    since: str | None = None,
+    limit: int | None = None,
+) -> Iterator[dict]:
+    """Audit events, newest first. `key` matches the thread's conversation key or the memory
+    key an event names; `action` matches the detail's action."""
+    where = Filters()
+    detail_field = "(CASE WHEN json_valid(a.detail) THEN json_extract(a.detail, '$.{}') END)"
+    if event:
+        where = where.add("a.event = ?", event)
+    if action:
+        where = where.add(f"{detail_field.format('action')} = ?", action)
+    if key is not None:
+        where = where.add(
+            "(a.session_id IN (SELECT id FROM sessions WHERE conversation_key = ?)"
+            f" OR {detail_field.format('key')} = ?)",
+            key,
+            key,
+        )
+    if since:
+        where = where.add("a.ts >= ?", since)
+    columns = ", ".join(
+        "s.conversation_key" if field == "conversation_key" else f"a.{field}"
+        for field in AUDIT_FIELDS
+    )
+    cursor = conn.execute(
+        f"SELECT {columns} FROM audit a LEFT JOIN sessions s ON s.id = a.session_id"
+        f" {where.sql()} ORDER BY a.id DESC LIMIT ?",
+        (*where.params, _limit(limit)),
+    )
+    for row in cursor:
+        record = dict(zip(AUDIT_FIELDS, row, strict=True))
+        record["detail"] = _json_value(record["detail"])
+        yield record

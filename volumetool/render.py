@@ -1,0 +1,103 @@
+"""The output layer shared by every listing: table, json, nl, csv, tsv, and any tabulate format.
+
+Rows are dicts with the listing's fields in order. JSON keeps nested values (an audit detail,
+tool calls) as JSON; the flat formats write them as compact JSON text, NULL as an empty cell.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+FLAT_WIDTH = 72  # table cells wider than this wrap, so long content stays readable
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    kind: str = "table"  # table | json | nl | csv | tsv
+    tablefmt: str = "simple"
+
+
+def table_formats() -> list[str]:
+    import tabulate
+
+    return list(tabulate.tabulate_formats)
+
+
+def dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def flat(value: object) -> str:
+    """One cell of a table, CSV or TSV."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return str(value)
+
+
+def _limited(rows: Iterable[dict], limit: int | None, cut: list[bool]) -> Iterator[dict]:
+    for count, row in enumerate(rows):
+        if limit is not None and count >= limit:
+            cut.append(True)
+            return
+        yield row
+
+
+def render(
+    rows: Iterable[dict],
+    columns: Sequence[str],
+    fmt: OutputFormat,
+    out: TextIO,
+    limit: int | None = None,
+) -> bool:
+    """Write rows (at most `limit`) to `out`; True when more rows existed than were shown."""
+    cut: list[bool] = []
+    shown = _limited(rows, limit, cut)
+    if fmt.kind == "json":
+        out.write("[")
+        for n, row in enumerate(shown):
+            out.write((",\n " if n else "\n ") + dumps(row))
+        out.write("\n]\n")
+    elif fmt.kind == "nl":
+        for row in shown:
+            out.write(dumps(row) + "\n")
+    elif fmt.kind in ("csv", "tsv"):
+        delimiter = "," if fmt.kind == "csv" else "\t"
+        writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
+        # csv quotes a field only for the characters of its line terminator; a bare \r would
+        # then break the row for every reader, so rows holding one are quoted whole.
+        quoting = csv.writer(out, delimiter=delimiter, lineterminator="\n", quoting=csv.QUOTE_ALL)
+        writer.writerow(columns)
+        for row in shown:
+            cells = [flat(row.get(column)) for column in columns]
+            (quoting if any("\r" in cell for cell in cells) else writer).writerow(cells)
+    else:
+        import tabulate
+
+        table = [[_cell(row.get(column)) for column in columns] for row in shown]
+        out.write(
+            tabulate.tabulate(
+                table, headers=list(columns), tablefmt=fmt.tablefmt, disable_numparse=True
+            )
+            + "\n"
+        )
+    return bool(cut)
+
+
+def _cell(value: object) -> str:
+    text = flat(value)
+    if len(text) <= FLAT_WIDTH and "\n" not in text:
+        return text
+    import textwrap
+
+    lines = []
+    for line in text.splitlines() or [""]:
+        lines.extend(textwrap.wrap(line, FLAT_WIDTH, replace_whitespace=False) or [""])
+    return "\n".join(lines)
