@@ -16,6 +16,8 @@ $(READY): pyproject.toml
 demo: $(READY)
 	rm -rf $(DEMO)
 	$(BIN)/volumetool demo $(DEMO)/ --sessions 40 --config-out $(DEMO)/agent.yaml
+	$(BIN)/volumetool validate $(DEMO)/agent.yaml
+	$(BIN)/volumetool config show $(DEMO)/agent.yaml
 	$(BIN)/volumetool status $(DEMO)
 	$(BIN)/volumetool sessions $(DEMO) -n 10
 

@@ -27,6 +27,8 @@ COMMANDS = {
     "runs": "volumetool.cli.inspect:runs",
     "audit": "volumetool.cli.inspect:audit",
     "memories": "volumetool.cli.memories:memories",
+    "validate": "volumetool.cli.validate:validate",
+    "config": "volumetool.cli.validate:config",
 }
 
 

@@ -1,0 +1,455 @@
+"""validate: every rule with its position, every format, every exit code; nothing crashes it."""
+
+from __future__ import annotations
+
+import json
+import string
+
+import jsonschema
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from volumetool.config import RULES, Loader, _Checker, check_source
+
+GOOD = """\
+name: bot
+model:
+  name: gpt-4.1
+  small: gpt-4.1-mini
+  api: openai
+  base_url: https://api.openai.com/v1
+  api_key_env: OPENAI_API_KEY
+memory:
+  scope: thread
+  persistent: true
+  compact_at_tokens: 50000
+"""
+
+
+def findings(text: str | bytes, **kw):
+    data = text.encode() if isinstance(text, str) else text
+    return check_source(data, "agent.yaml", **kw)[0]
+
+
+def only(text: str | bytes, rule: str, **kw):
+    """The findings of `rule`, as (line, column, severity, path)."""
+    return [(f.line, f.column, f.severity, f.path) for f in findings(text, **kw) if f.rule == rule]
+
+
+def test_a_good_config_has_no_findings():
+    assert findings(GOOD) == []
+
+
+CASES = [
+    # (text, rule, [(line, column, severity, path)])
+    ("a: [1, 2\n", "yaml-syntax", [(2, 1, "error", "")]),
+    ("memory: [scope, thread]\n", "memory-not-mapping", [(1, 9, "error", "$.memory")]),
+    ("- a\n- b\n", "config-not-mapping", [(1, 1, "error", "$")]),
+    ("", "config-not-mapping", [(1, 1, "error", "$")]),
+    (
+        "memory:\n  scope: thread\n  scope: none\n",
+        "duplicate-key",
+        [(3, 3, "error", "$.memory.scope")],
+    ),
+    ("memory:\n  scpoe: thread\n", "memory-unknown-key", [(2, 3, "error", "$.memory.scpoe")]),
+    ("memory:\n  scope: threads\n", "scope-value", [(2, 10, "error", "$.memory.scope")]),
+    (
+        "memory:\n  persistent: 'true'\n",
+        "persistent-type",
+        [(2, 15, "error", "$.memory.persistent")],
+    ),
+    ("memory:\n  persistent: 1\n", "persistent-type", [(2, 15, "error", "$.memory.persistent")]),
+    (
+        "memory:\n  persistent: yes\n",
+        "persistent-yaml11-bool",
+        [(2, 15, "warning", "$.memory.persistent")],
+    ),
+    (
+        "memory:\n  persistent: off\n",
+        "persistent-yaml11-bool",
+        [(2, 15, "warning", "$.memory.persistent")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: 0\n",
+        "compact-at-tokens-type",
+        [(3, 22, "error", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: true\n",
+        "compact-at-tokens-type",
+        [(3, 22, "error", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: yes\n",
+        "compact-at-tokens-type",
+        [(3, 22, "error", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: -5\n",
+        "compact-at-tokens-type",
+        [(3, 22, "error", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: 50000.5\n",
+        "compact-at-tokens-type",
+        [(3, 22, "error", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: 50k\n",
+        "compact-at-tokens-type",
+        [(3, 22, "error", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: '50000'\n",
+        "compact-at-tokens-type",
+        [(3, 22, "error", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: no\n",
+        "compact-at-tokens-yaml11-bool",
+        [(3, 22, "warning", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  compact_at_tokens: 40000\n",
+        "compact-at-tokens-no-effect",
+        [(2, 3, "warning", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: none\n  compact_at_tokens: false\n",
+        "compact-at-tokens-no-effect",
+        [(3, 3, "warning", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: 200\n",
+        "compact-at-tokens-implausible",
+        [(3, 22, "warning", "$.memory.compact_at_tokens")],
+    ),
+    (
+        "memory:\n  scope: thread\n  compact_at_tokens: 5000000\n",
+        "compact-at-tokens-implausible",
+        [(3, 22, "warning", "$.memory.compact_at_tokens")],
+    ),
+    ("memory:\n", "memory-empty", [(1, 1, "warning", "$.memory")]),
+    ("model: [gpt-4.1]\n", "model-type", [(1, 8, "error", "$.model")]),
+    ("model:\n  name: 4\n", "model-key-type", [(2, 9, "error", "$.model.name")]),
+    ("model:\n  small: gpt-4.1-mini\n", "model-name-missing", [(2, 3, "error", "$.model")]),
+    ("model:\n  name: a\n  smal: b\n", "model-unknown-key", [(3, 3, "warning", "$.model.smal")]),
+    ("model:\n  name: a\n  api: azure\n", "model-api", [(3, 8, "error", "$.model.api")]),
+    (
+        "model:\n  name: a\n  base_url: ftp://x\n",
+        "model-base-url",
+        [(3, 13, "error", "$.model.base_url")],
+    ),
+    (
+        "model:\n  name: a\n  api_key_env: my key\n",
+        "model-api-key-env",
+        [(3, 16, "error", "$.model.api_key_env")],
+    ),
+    (
+        "model:\n  name: a\n  api_key: hunter2\n",
+        "literal-secret",
+        [(3, 12, "error", "$.model.api_key")],
+    ),
+    (
+        "model:\n  name: a\n  api_key_env: sk-proj-abcdefghijklmnopqrstuvwx\n",
+        "literal-secret",
+        [(3, 16, "error", "$.model.api_key_env")],
+    ),
+    (
+        "channels:\n  slack:\n    token: xoxb-1234567890-abcdefghij\n",
+        "literal-secret",
+        [(3, 12, "error", "$.channels.slack.token")],
+    ),
+    (
+        "memory:\n  scope: thread\nmodel: gpt-4.1\n",
+        "summary-model-main",
+        [(1, 1, "note", "$.model.small")],
+    ),
+    ("a: !env FOO\n", "yaml-unknown-tag", [(1, 4, "error", "$.a")]),
+    ("a: &x [1, *x]\n", "yaml-recursive-alias", [(1, 4, "error", "$.a[1]")]),
+    ("a: 1\n---\nb: 2\n", "yaml-multiple-documents", [(3, 1, "error", "")]),
+    (b"memory:\n  scope: \xff\n", "yaml-encoding", [(2, 10, "error", "")]),
+    ("a: " + "[" * 2000 + "]" * 2000 + "\n", "yaml-too-deep", [(1, 1003, "error", "")]),
+]
+
+
+@pytest.mark.parametrize(("text", "rule", "expected"), CASES, ids=[c[1] for c in CASES])
+def test_each_rule_with_its_position(text, rule, expected):
+    assert only(text, rule) == expected
+
+
+def test_every_rule_has_a_case():
+    assert {c[1] for c in CASES} | {"file-too-large"} == set(RULES)
+
+
+def test_secret_values_are_never_echoed():
+    text = "model:\n  name: a\n  api_key: sk-live-abcdefghijklmnopqrstuvwxyz\n"
+    for finding in findings(text):
+        assert "sk-live" not in finding.message
+
+
+def test_env_references_are_not_secrets():
+    assert only("model:\n  name: a\n  api_key: ${OPENAI_API_KEY}\n", "literal-secret") == []
+
+
+def test_messages_say_how_to_fix():
+    by_rule = {
+        f.rule: f.message
+        for f in findings(
+            "memory:\n  scope: thread\n  persistent: yes\n  compact_at_tokens: 0\n  scop: x\n"
+        )
+    }
+    assert "write true" in by_rule["persistent-yaml11-bool"]
+    assert "use false to disable" in by_rule["compact-at-tokens-type"]
+    assert "did you mean 'scope'" in by_rule["memory-unknown-key"]
+    assert "scope, persistent, compact_at_tokens" in by_rule["memory-unknown-key"]
+
+
+def test_merge_keys_are_applied_and_checked():
+    text = (
+        "base: &base\n  scope: thread\n  compact_at_tokens: 0\n"
+        "memory:\n  <<: *base\n  persistent: true\n"
+    )
+    assert only(text, "compact-at-tokens-type") == [(3, 22, "error", "$.memory.compact_at_tokens")]
+    config = check_source(
+        (b"base: &base\n  scope: thread\nmemory:\n  <<: *base\nmodel: {name: a, small: b}\n"),
+        "x",
+    )[1]
+    assert config.memory.scope == "thread"
+
+
+def test_file_too_large():
+    assert only(GOOD, "file-too-large", max_bytes=10) == [(1, 1, "error", "")]
+
+
+def test_billion_laughs_is_walked_once_per_node():
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for n in range(1, 30):
+        lines.append(f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 9) + "]")
+    text = "\n".join(lines) + "\nmemory:\n  scope: thread\n"
+    root = yaml.compose(text, Loader=Loader)
+    visited = list(_Checker("f", text).walk(root))
+    assert len(visited) < 100  # 9**30 if an alias were ever expanded
+    assert [f.rule for f in findings(text)] == ["summary-model-main"]
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def configs(tmp_path):
+    (tmp_path / "good.yaml").write_text(GOOD)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "warn.yml").write_text("memory:\n  persistent: on\n")
+    (tmp_path / "sub" / "bad.yaml").write_text("memory:\n  scope: everything\n")
+    (tmp_path / "notes.txt").write_text("not yaml: [")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "x.yaml").write_text("memory: 5\n")
+    return tmp_path
+
+
+def test_directories_are_recursed_and_findings_sorted(configs, run_cli):
+    result = run_cli("validate", configs)
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines == [
+        f"{configs}/sub/bad.yaml:2:10: error: $.memory.scope: scope is the string 'everything';"
+        " it must be thread or none [scope-value]",
+        f"{configs}/sub/warn.yml:2:15: warning: $.memory.persistent: on is read as true only by"
+        " YAML 1.1 parsers; write true [persistent-yaml11-bool]",
+    ]
+    assert "3 files checked: 1 error(s), 1 warning(s), 0 note(s)" in result.stderr
+
+
+def test_exit_codes(configs, run_cli):
+    assert run_cli("validate", configs / "good.yaml").exit_code == 0
+    assert run_cli("validate", configs / "sub" / "warn.yml").exit_code == 0
+    assert run_cli("validate", "--strict", configs / "sub" / "warn.yml").exit_code == 1
+    assert run_cli("validate", configs / "sub" / "bad.yaml").exit_code == 1
+    missing = run_cli("validate", configs / "good.yaml", configs / "missing.yaml")
+    assert missing.exit_code == 2
+    assert "missing.yaml: cannot read" in missing.stderr
+
+
+def test_stdin_with_a_filename(run_cli):
+    result = run_cli(
+        "validate", "-", "--stdin-filename", "agents/bot.yaml", input="memory:\n  scope: x\n"
+    )
+    assert result.exit_code == 1
+    assert result.stdout.startswith("agents/bot.yaml:2:10: error:")
+
+
+def test_json_format(configs, run_cli):
+    result = run_cli(
+        "validate", "--format", "json", configs / "good.yaml", configs / "sub" / "bad.yaml"
+    )
+    document = json.loads(result.stdout)
+    assert document["findings"] == [
+        {
+            "file": str(configs / "sub" / "bad.yaml"),
+            "line": 2,
+            "column": 10,
+            "path": "$.memory.scope",
+            "severity": "error",
+            "rule": "scope-value",
+            "message": "scope is the string 'everything'; it must be thread or none",
+        }
+    ]
+    assert [(f["status"], f["errors"]) for f in document["files"]] == [("passed", 0), ("failed", 1)]
+
+
+def test_github_format_escapes_and_keeps_text_lines(tmp_path, run_cli):
+    path = tmp_path / "a,b:c.yaml"
+    path.write_text('memory:\n  scope: "50%\\nx"\n')
+    result = run_cli("validate", path, env={"GITHUB_ACTIONS": "true"})
+    first, second = result.stdout.splitlines()[:2]
+    assert first.startswith(
+        f"::error file={tmp_path!s}/a%2Cb%3Ac.yaml,line=2,col=10,title=scope-value::"
+    )
+    assert "50%25" in first and "\n" not in first
+    assert second.startswith(str(path))
+
+
+def test_sarif_is_valid_sarif_2_1_0(configs, run_cli):
+    schema = json.loads(
+        (
+            __import__("pathlib").Path(__file__).parent / "data" / "sarif-2.1.0-subset.schema.json"
+        ).read_text()
+    )
+    result = run_cli("validate", "--format", "sarif", configs)
+    log = json.loads(result.stdout)
+    jsonschema.validate(log, schema)
+    run = log["runs"][0]
+    rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert rule_ids == list(RULES) and len(set(rule_ids)) == len(rule_ids)
+    for sarif_result in run["results"]:
+        assert rule_ids[sarif_result["ruleIndex"]] == sarif_result["ruleId"]
+    assert {r["ruleId"] for r in run["results"]} == {"scope-value", "persistent-yaml11-bool"}
+
+
+def test_json_schema_for_editors(run_cli):
+    result = run_cli("validate", "--schema")
+    schema = json.loads(result.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    assert list(validator.iter_errors(yaml.safe_load(GOOD))) == []
+    bad = yaml.safe_load("memory:\n  compact_at_tokens: 0\n  scpoe: thread\n")
+    assert len(list(validator.iter_errors(bad))) == 2
+
+
+def test_config_show_fills_in_defaults(tmp_path, run_cli):
+    path = tmp_path / "a.yaml"
+    path.write_text("name: bot\nmodel: gpt-4.1\n")
+    shown = json.loads(run_cli("config", "show", path, "--json").stdout)
+    assert shown["memory"] == {"scope": "none", "persistent": False, "compact_at_tokens": 50000}
+    assert shown["model"]["base_url"] == "https://api.openai.com/v1"
+    assert shown["compaction"] == {"enabled": False, "threshold": None, "summary_model": None}
+    path.write_text(GOOD)
+    shown = json.loads(run_cli("config", "show", path, "--json").stdout)
+    assert shown["compaction"] == {
+        "enabled": True,
+        "threshold": 50000,
+        "summary_model": "gpt-4.1-mini",
+    }
+    text = run_cli("config", "show", path).stdout
+    assert "summaries written by gpt-4.1-mini" in text
+    path.write_text(
+        "memory:\n  scope: thread\n  compact_at_tokens: false\nmodel:\n"
+        "  name: claude-sonnet-4\n  api: anthropic\n"
+    )
+    shown = json.loads(run_cli("config", "show", path, "--json").stdout)
+    assert shown["memory"]["compact_at_tokens"] is False
+    assert shown["model"]["api_key_env"] == "ANTHROPIC_API_KEY"
+    path.write_text("memory:\n  scope: x\n")
+    result = run_cli("config", "show", path)
+    assert result.exit_code == 1 and "scope-value" in result.stderr
+
+
+# -- properties ----------------------------------------------------------------------------
+
+yamlish = st.text(
+    st.sampled_from([*list(string.printable), "é", "ü", "\u2028", "😀", "\x00", "\ufeff"]),
+    max_size=200,
+)
+scalars = st.one_of(
+    st.sampled_from(
+        [
+            "thread",
+            "none",
+            "true",
+            "false",
+            "yes",
+            "no",
+            "on",
+            "off",
+            "0",
+            "-1",
+            "50000",
+            "1e3",
+            "0x10",
+            "50_000",
+            "1:30",
+            "~",
+            "null",
+            "''",
+            '"50000"',
+            "50k",
+            "[]",
+            "{}",
+            "*a",
+            "&a x",
+            "!!int '12'",
+            "!!str 5",
+            "!foo x",
+        ]
+    ),
+    st.integers(-(10**12), 10**12).map(str),
+    st.text(max_size=10).map(json.dumps),
+)
+memory_blocks = st.dictionaries(
+    st.sampled_from(["scope", "persistent", "compact_at_tokens", "scopes", "<<", "x"]),
+    scalars,
+    max_size=5,
+)
+
+
+def inside(finding, data: bytes) -> bool:
+    lines = data.decode("utf-8", "replace").split("\n")
+    return (
+        1 <= finding.line <= len(lines) and 1 <= finding.column <= len(lines[finding.line - 1]) + 1
+    )
+
+
+@settings(max_examples=400)
+@given(yamlish)
+def test_no_text_crashes_it_and_every_finding_has_a_position(text):
+    data = text.encode("utf-8", "surrogatepass")
+    result, _ = check_source(data, "f.yaml")
+    for finding in result:
+        assert finding.rule in RULES
+        assert inside(finding, data), (finding, text)
+
+
+@settings(max_examples=400)
+@given(memory_blocks, st.booleans())
+def test_memory_mappings_never_crash_and_accepted_configs_resolve(block, with_model):
+    text = "memory:\n" + "".join(f"  {k}: {v}\n" for k, v in block.items())
+    if with_model:
+        text += "model:\n  name: gpt-4.1\n"
+    data = text.encode()
+    result, config = check_source(data, "f.yaml")
+    for finding in result:
+        assert inside(finding, data), (finding, text)
+    if not any(f.severity == "error" for f in result):
+        assert config is not None
+        effective = config.as_dict()
+        threshold = effective["memory"]["compact_at_tokens"]
+        assert threshold is False or (isinstance(threshold, int) and threshold >= 1)
+        assert effective["memory"]["scope"] in ("thread", "none")
+
+
+def test_nesting_deeper_than_volumetool_reads_is_a_finding():
+    deep = findings("a: " + "[" * 150 + "]" * 150 + "\n")
+    assert [(f.rule, f.line) for f in deep] == [("yaml-too-deep", 1)]

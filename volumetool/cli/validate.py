@@ -1,0 +1,129 @@
+"""validate and config show: checking agent configs in CI and at the shell."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+
+@click.command()
+@click.argument("paths", nargs=-1, metavar="PATH...")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "github", "sarif"]),
+    help="text (default); github when GITHUB_ACTIONS=true.",
+)
+@click.option("--strict", is_flag=True, help="Warnings fail the check too (exit 1).")
+@click.option(
+    "--stdin-filename",
+    default="<stdin>",
+    metavar="NAME",
+    help="The file name to report for `-` (stdin).",
+)
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Refuse files larger than N bytes (default 1 MiB).",
+)
+@click.option(
+    "--schema",
+    "schema",
+    is_flag=True,
+    help="Print a JSON Schema of the memory: and model: blocks, for editors.",
+)
+def validate(paths, fmt, strict, stdin_filename, max_bytes, schema) -> None:
+    """Check the memory: and model: blocks of agent YAML files (files, directories, or - for
+    stdin), reporting every finding as FILE:LINE:COL: SEVERITY: MESSAGE [RULE].
+
+    Exit 1 on any error (or warning, with --strict), 2 when a path cannot be read.
+
+    \b
+    Example:
+      volumetool validate agents/ --strict
+      cat agent.yaml | volumetool validate - --stdin-filename agent.yaml --format json
+    """
+    if schema:
+        from volumetool.config import json_schema
+
+        click.echo(json.dumps(json_schema(), indent=2))
+        return
+    if not paths:
+        raise click.UsageError("give at least one PATH (a file, a directory, or - for stdin)")
+    from volumetool.config import DEFAULT_MAX_BYTES
+    from volumetool.validation import WRITERS, check_paths
+
+    if fmt is None:
+        fmt = "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
+    report = check_paths(
+        paths, stdin_name=stdin_filename, max_bytes=max_bytes or DEFAULT_MAX_BYTES, strict=strict
+    )
+    WRITERS[fmt](report, sys.stdout)
+    for result in report.files:
+        if result.unreadable:
+            click.echo(f"volumetool: {result.file}: cannot read ({result.unreadable})", err=True)
+    if fmt in ("text", "github"):
+        click.echo(f"volumetool: {report.summary()}", err=True)
+    sys.exit(report.exit_code)
+
+
+@click.group()
+def config() -> None:
+    """Agent config files."""
+
+
+@config.command()
+@click.argument("file", metavar="FILE")
+@click.option("--json", "as_json", is_flag=True, help="The settings as one JSON object.")
+def show(file: str, as_json: bool) -> None:
+    """The effective memory: and model: settings, defaults filled in, and which model will
+    write compaction summaries. Exit 1 when the file has errors.
+
+    \b
+    Example:
+      volumetool config show agent.yaml --json
+    """
+    from volumetool.config import DEFAULT_MAX_BYTES, check_source
+    from volumetool.errors import ProblemsFound, UnusableInput
+    from volumetool.validation import text_line
+
+    try:
+        with open(file, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise UnusableInput(f"{file}: cannot read ({exc.strerror})") from None
+    findings, settings = check_source(data, file, max(len(data), DEFAULT_MAX_BYTES))
+    if settings is None:
+        for finding in findings:
+            click.echo(text_line(finding), err=True)
+        errors = sum(1 for f in findings if f.severity == "error")
+        raise ProblemsFound(
+            f"{file} has {errors} error(s); nothing to show",
+            f"fix them (volumetool validate {file})",
+        )
+    effective = settings.as_dict()
+    if as_json:
+        click.echo(json.dumps(effective, indent=2))
+        return
+    import yaml
+
+    click.echo(
+        yaml.safe_dump({k: effective[k] for k in ("memory", "model")}, sort_keys=False).rstrip()
+    )
+    compaction = effective["compaction"]
+    if compaction["enabled"]:
+        click.echo(
+            f"# compaction: on, at {compaction['threshold']:,} input tokens; summaries "
+            f"written by {compaction['summary_model'] or '(no model set)'}"
+        )
+    else:
+        reason = (
+            "memory.scope is none"
+            if effective["memory"]["scope"] != "thread"
+            else "compact_at_tokens is false"
+        )
+        click.echo(f"# compaction: off ({reason})")

@@ -1,0 +1,219 @@
+"""`validate`: gathering config files, checking them, and reporting findings as text, JSON,
+GitHub workflow commands or SARIF 2.1.0."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+from urllib.parse import quote
+
+from volumetool import __version__
+from volumetool.config import DEFAULT_MAX_BYTES, RULES, Finding, check_source
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass
+class FileResult:
+    file: str
+    findings: list[Finding] = field(default_factory=list)
+    unreadable: str | None = None  # why the file could not be read
+
+    def count(self, severity: str) -> int:
+        return sum(1 for f in self.findings if f.severity == severity)
+
+    def failed(self, strict: bool) -> bool:
+        return bool(self.count("error") or (strict and self.count("warning")))
+
+    def status(self, strict: bool) -> str:
+        if self.unreadable:
+            return "unreadable"
+        return "failed" if self.failed(strict) else "passed"
+
+
+@dataclass
+class Report:
+    files: list[FileResult]
+    strict: bool = False
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for result in self.files for f in result.findings]
+
+    @property
+    def exit_code(self) -> int:
+        if any(r.unreadable for r in self.files):
+            return 2
+        return 1 if any(r.failed(self.strict) for r in self.files) else 0
+
+    def summary(self) -> str:
+        counts = {s: sum(r.count(s) for r in self.files) for s in ("error", "warning", "note")}
+        unreadable = sum(1 for r in self.files if r.unreadable)
+        files = len(self.files)
+        text = (
+            f"{files} file{'s' * (files != 1)} checked: {counts['error']} error(s), "
+            f"{counts['warning']} warning(s), {counts['note']} note(s)"
+        )
+        if unreadable:
+            text += f", {unreadable} unreadable"
+        return text
+
+
+def config_files(paths: Iterable[str]) -> Iterator[str]:
+    """The files to check: files as given, directories recursed for *.yaml/*.yml (sorted,
+    hidden directories skipped), and `-` for stdin."""
+    for path in paths:
+        if path != "-" and os.path.isdir(path):
+            for root, dirs, files in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(files):
+                    if name.endswith(CONFIG_SUFFIXES):
+                        yield os.path.join(root, name)
+        else:
+            yield path
+
+
+def check_paths(
+    paths: Iterable[str],
+    *,
+    stdin_name: str = "<stdin>",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    strict: bool = False,
+    stdin: TextIO | None = None,
+) -> Report:
+    results = []
+    for path in config_files(paths):
+        name = stdin_name if path == "-" else path
+        try:
+            if path == "-":
+                data = (stdin or sys.stdin).buffer.read(max_bytes + 1)
+            else:
+                with open(path, "rb") as handle:
+                    data = handle.read(max_bytes + 1)
+        except OSError as exc:
+            results.append(FileResult(name, unreadable=exc.strerror or str(exc)))
+            continue
+        findings, _ = check_source(data, name, max_bytes)
+        results.append(FileResult(name, findings))
+    return Report(results, strict)
+
+
+# -- formats --------------------------------------------------------------------------------
+
+
+def text_line(f: Finding) -> str:
+    where = f"{f.path}: " if f.path else ""
+    return f"{f.file}:{f.line}:{f.column}: {f.severity}: {where}{f.message} [{f.rule}]"
+
+
+def write_text(report: Report, out: TextIO) -> None:
+    for finding in report.findings:
+        out.write(text_line(finding) + "\n")
+
+
+def write_json(report: Report, out: TextIO) -> None:
+    document = {
+        "findings": [f.as_dict() for f in report.findings],
+        "files": [
+            {
+                "file": r.file,
+                "status": r.status(report.strict),
+                "errors": r.count("error"),
+                "warnings": r.count("warning"),
+                "notes": r.count("note"),
+                **({"reason": r.unreadable} if r.unreadable else {}),
+            }
+            for r in report.files
+        ],
+    }
+    out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+def _escape_data(text: str) -> str:
+    """Escaping of a workflow command's message, as @actions/core does it."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+GITHUB_LEVELS = {"error": "error", "warning": "warning", "note": "notice"}
+
+
+def write_github(report: Report, out: TextIO) -> None:
+    """Workflow commands (annotations), then the text lines: GitHub shows only the first ten
+    annotations of a step, and the log keeps the rest."""
+    for f in report.findings:
+        where = f"{f.path}: " if f.path else ""
+        out.write(
+            f"::{GITHUB_LEVELS[f.severity]} file={_escape_property(f.file)},line={f.line},"
+            f"col={f.column},title={_escape_property(f.rule)}::"
+            f"{_escape_data(where + f.message)}\n"
+        )
+    write_text(report, out)
+
+
+def _uri(file: str) -> str:
+    return quote(Path(file).as_posix() if file != "-" else "stdin", safe="/:@!$&'()*+,;=-._~")
+
+
+def sarif(report: Report) -> dict:
+    rule_ids = list(RULES)
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "volumetool",
+                        "version": __version__,
+                        "informationUri": "https://github.com/volumetool/volumetool",
+                        "rules": [
+                            {
+                                "id": rule,
+                                "shortDescription": {"text": description},
+                                "defaultConfiguration": {"level": severity},
+                            }
+                            for rule, (severity, description) in RULES.items()
+                        ],
+                    }
+                },
+                "results": [
+                    {
+                        "ruleId": f.rule,
+                        "ruleIndex": rule_ids.index(f.rule),
+                        "level": f.severity,
+                        "message": {"text": f"{f.path}: {f.message}" if f.path else f.message},
+                        "locations": [
+                            {
+                                "physicalLocation": {
+                                    "artifactLocation": {"uri": _uri(f.file)},
+                                    "region": {"startLine": f.line, "startColumn": f.column},
+                                }
+                            }
+                        ],
+                    }
+                    for f in report.findings
+                ],
+                "invocations": [
+                    {
+                        "executionSuccessful": not any(r.unreadable for r in report.files),
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def write_sarif(report: Report, out: TextIO) -> None:
+    out.write(json.dumps(sarif(report), indent=2, ensure_ascii=False) + "\n")
+
+
+WRITERS = {"text": write_text, "json": write_json, "github": write_github, "sarif": write_sarif}
