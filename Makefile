@@ -20,6 +20,7 @@ demo: $(READY)
 	$(BIN)/volumetool config show $(DEMO)/agent.yaml
 	$(BIN)/volumetool status $(DEMO)
 	$(BIN)/volumetool sessions $(DEMO) -n 10
+	$(BIN)/volumetool compact $(DEMO) --config $(DEMO)/agent.yaml --dry-run
 
 test: $(READY)
 	$(BIN)/python -m pytest

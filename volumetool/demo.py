@@ -183,8 +183,11 @@ class _Conversation:
         self.person = PEOPLE[index % len(PEOPLE)]
         self.handle = f"{self.person.lower()}-{index}"
         self.base_tokens = rng.randint(2_500, 9_000)
-        growth = (1, 2, 3, 6, 12, 24)
+        growth = (2, 4, 8, 16, 24, 32)
         self.growth = growth[rng.randrange(len(growth))]
+        # Some agents compact on their own; the others leave it to `volumetool compact` (cron),
+        # so their long threads stay due.
+        self.agent_compacts = rng.random() < 0.6
         self.memories: dict[str, list[str]] = {}
         self.start = SPAN_START_MS + rng.randrange(int(SPAN_MS * 0.8))
         # The first conversations pin what every demo must show, whatever its size.
@@ -358,12 +361,11 @@ class _Conversation:
                 and len(turn_starts) >= 3
                 and not (self.force_due and not archived)
             ):
-                roll = rng.random()
                 if pending_failure:
                     pending_failure = False
                     self._failed_compaction(batch, session, now)
                     self.force_failed_compaction = False
-                elif roll < 0.75:
+                elif self.agent_compacts:
                     live, turn_starts = self._compaction(
                         batch, session, live, turn_starts, prefix_len, now
                     )

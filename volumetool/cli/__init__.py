@@ -29,6 +29,7 @@ COMMANDS = {
     "memories": "volumetool.cli.memories:memories",
     "validate": "volumetool.cli.validate:validate",
     "config": "volumetool.cli.validate:config",
+    "compact": "volumetool.cli.compact:compact",
 }
 
 

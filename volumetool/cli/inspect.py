@@ -91,11 +91,23 @@ def status(volume: str | None, as_json: bool, busy_timeout: float) -> None:
     default="active",
     show_default=True,
 )
+@click.option("--due", is_flag=True, help="Add a `due` column: is compaction due? (--config)")
+@click.option("--config", "config_file", metavar="FILE", help="The agent YAML, for --due.")
 @since_option("threads updated")
 @output_options
 @busy_timeout_option
 def sessions(
-    volume, key_glob, channel, status, since, output, tablefmt, limit, busy_timeout
+    volume,
+    key_glob,
+    channel,
+    status,
+    due,
+    config_file,
+    since,
+    output,
+    tablefmt,
+    limit,
+    busy_timeout,
 ) -> None:
     """List threads, most recently updated first.
 
@@ -105,9 +117,17 @@ def sessions(
     \b
     Example:
       volumetool sessions ./vol --key 'discord:*' --status all -n 20
+      volumetool sessions ./vol --due --config agent.yaml --json
     """
     from volumetool import listings
 
+    if due and not config_file:
+        raise click.UsageError("--due needs --config FILE (the agent YAML with the threshold)")
+    settings = None
+    if due:
+        from volumetool.config import load_config
+
+        settings = load_config(config_file).memory
     with _open(volume, busy_timeout) as vol, vol.snapshot() as conn:
         rows = listings.sessions(
             conn,
@@ -117,7 +137,12 @@ def sessions(
             since=parse_since(since),
             limit=listing_limit(limit),
         )
-        emit(rows, listings.SESSION_FIELDS, output, tablefmt, limit, "threads")
+        columns = listings.SESSION_FIELDS
+        if settings is not None:
+            from volumetool.compaction.store import annotate_due
+
+            rows, columns = annotate_due(conn, rows, settings), (*columns, "due")
+        emit(rows, columns, output, tablefmt, limit, "threads")
 
 
 @click.command()

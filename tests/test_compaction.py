@@ -1,0 +1,486 @@
+"""compact against a real HTTP server on 127.0.0.1 and real volume files."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+
+import pytest
+
+from tests.conftest import assert_clean_error
+from tests.model_server import ModelServer
+from tests.volumes import VolumeWriter, table_dump
+from volumetool.volume import volume_lock
+
+KEY = "sk-test-7f3a9c0b1d2e4f5a6b7c8d9e0f1a2b3c"
+
+
+@pytest.fixture
+def server():
+    with ModelServer() as s:
+        yield s
+
+
+def write_config(path, server, api="openai", small="tiny-model", memory=None):
+    memory = memory or "  scope: thread\n  persistent: true\n  compact_at_tokens: 50000\n"
+    path.write_text(
+        "name: bot\nmodel:\n  name: big-model\n"
+        + (f"  small: {small}\n" if small else "")
+        + f"  api: {api}\n  base_url: {server.url}\n  api_key_env: TEST_MODEL_KEY\n"
+        f"memory:\n{memory}"
+    )
+    return path
+
+
+def due_thread(
+    w: VolumeWriter, key: str, turns: int = 5, tokens: int | None = 60_000, prefix: bool = True
+) -> int:
+    s = w.thread(key)
+    if prefix:
+        w.message(s, "system", "Channel context: #ops. Keep replies brief.")
+    for n in range(turns):
+        w.message(s, "user", f"Question {n}: please look at deploy/values.yaml for service {n}.")
+        if n % 2 == 0:
+            call = {
+                "id": f"call-{s}-{n}",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "values.yaml"}'},
+            }
+            w.message(s, "assistant", "", tool_calls=[call])
+            w.message(
+                s,
+                "tool",
+                f"pool_size = {n}\nlog_level = debug\nregion = eu",
+                tool_call_id=call["id"],
+            )
+        w.message(s, "assistant", f"Answer {n}: the pool size is {n} and logging is at debug.")
+    w.run(s, input_tokens=tokens, output_tokens=300, last_input_tokens=tokens)
+    return s
+
+
+@pytest.fixture
+def volume(tmp_path, server):
+    w = VolumeWriter(tmp_path / "vol" / "agent.db")
+    ids = {
+        "due": due_thread(w, "discord:1"),
+        "small": due_thread(w, "discord:2", tokens=10_000),
+        "short": due_thread(w, "discord:3", turns=2),
+    }
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    return {"path": w.path, "config": config, **ids}
+
+
+def compact(run_cli, volume, *args, key=KEY):
+    return run_cli(
+        "compact",
+        volume["path"],
+        "--config",
+        volume["config"],
+        *args,
+        env={"TEST_MODEL_KEY": key} if key else {"TEST_MODEL_KEY": ""},
+    )
+
+
+def rows(path, sql, *params):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def live_and_folded(path, session_id):
+    live = rows(
+        path,
+        "SELECT id FROM messages WHERE session_id = ? AND folded_by IS NULL ORDER BY id",
+        session_id,
+    )
+    folded = rows(
+        path,
+        "SELECT id FROM messages WHERE session_id = ? AND folded_by IS NOT NULL ORDER BY id",
+        session_id,
+    )
+    return [r[0] for r in live], [r[0] for r in folded]
+
+
+def test_compacts_the_due_thread_only(run_cli, volume, server):
+    before = table_dump(volume["path"])
+    result = compact(run_cli, volume, "--json")
+    assert result.exit_code == 0, result
+    [outcome] = json.loads(result.stdout)
+    assert outcome == {
+        "volume": str(volume["path"]),
+        "conversation_key": "discord:1",
+        "session_id": volume["due"],
+        "status": "compacted",
+        "folded_turns": 3,
+        "folded_messages": outcome["folded_messages"],
+        "model": "tiny-model",
+        "input_tokens": 1200,
+        "output_tokens": 80,
+        "run_id": outcome["run_id"],
+        "error": None,
+        "last_input_tokens": 60000,
+        "threshold": 50000,
+        "estimated_tokens": outcome["estimated_tokens"],
+    }
+    live, folded = live_and_folded(volume["path"], volume["due"])
+    assert len(folded) == outcome["folded_messages"] == 10  # turns 0, 1, 2: 4 + 2 + 4
+    # the prefix and the last two turns are byte-identical and still live
+    kept = [r for r in before["messages"] if r[1] == volume["due"] and r[0] in live]
+    after = [r for r in table_dump(volume["path"])["messages"] if r[0] in live]
+    assert [r[:7] for r in kept] == [r[:7] for r in after]
+    assert rows(volume["path"], "SELECT role FROM messages WHERE id = ?", live[0]) == [("system",)]
+    [(summary,)] = rows(volume["path"], "SELECT summary FROM sessions WHERE id = ?", volume["due"])
+    assert summary == server.summary
+    run = rows(
+        volume["path"],
+        "SELECT trigger, model, status, input_tokens, output_tokens,"
+        " last_input_tokens, error FROM runs WHERE id = ?",
+        outcome["run_id"],
+    )
+    assert run == [("compaction", "tiny-model", "ok", 1200, 80, 1200, None)]
+    assert {
+        f
+        for (f,) in rows(
+            volume["path"], "SELECT DISTINCT folded_by FROM messages WHERE folded_by IS NOT NULL"
+        )
+    } == {outcome["run_id"]}
+    # other threads, and every other table, are untouched
+    dump = table_dump(volume["path"])
+    for table in ("identity", "memories", "audit"):
+        assert dump[table] == before[table]
+    other = [r for r in before["sessions"] if r[0] != volume["due"]]
+    assert [r for r in dump["sessions"] if r[0] != volume["due"]] == other
+    # what the model saw: system prompt, the folded turns rendered, no tools
+    [request] = server.requests
+    assert request["path"] == "/chat/completions"
+    assert request["headers"]["authorization"] == f"Bearer {KEY}"
+    body = request["body"]
+    assert body["model"] == "tiny-model" and body["max_tokens"] == 4096
+    assert "tools" not in body and "tool_choice" not in body
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert "[assistant called tool read_file (call-1-0)]" in body["messages"][1]["content"]
+    assert "Question 3" not in body["messages"][1]["content"]
+
+
+def test_anthropic_api_counts_cache_tokens_as_input(run_cli, volume, server, tmp_path):
+    write_config(volume["config"], server, api="anthropic")
+    result = compact(run_cli, volume, "--json")
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "compacted"
+    assert outcome["input_tokens"] == 1200 + 30 + 70
+    [request] = server.requests
+    assert request["path"] == "/v1/messages"
+    assert request["headers"]["x-api-key"] == KEY
+    assert request["headers"]["anthropic-version"] == "2023-06-01"
+    assert request["body"]["system"].startswith("You maintain the memory")
+    assert "tools" not in request["body"]
+
+
+def test_main_model_writes_summaries_without_small(run_cli, volume, server):
+    write_config(volume["config"], server, small=None)
+    [outcome] = json.loads(compact(run_cli, volume, "--json").stdout)
+    assert outcome["model"] == "big-model"
+
+
+def test_a_second_pass_without_a_new_agent_run_never_calls_the_model(run_cli, volume, server):
+    assert compact(run_cli, volume).exit_code == 0
+    assert len(server.requests) == 1
+    result = compact(run_cli, volume, "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == []
+    assert len(server.requests) == 1
+
+
+FAILURES = [
+    ("500", 4),
+    ("503", 4),
+    ("429", 4),
+    ("quota", 1),
+    ("401", 1),
+    ("400", 1),
+    ("413", 1),
+    ("drop", 4),
+    ("malformed", 1),
+    ("malformed-shape", 1),
+    ("empty", 1),
+    ("whitespace", 1),
+    ("tool_call", 1),
+    ("truncated", 1),
+    ("overlong", 1),
+]
+
+
+@pytest.mark.parametrize(("fault", "attempts"), FAILURES, ids=[f for f, _ in FAILURES])
+def test_every_failure_leaves_the_transcript_byte_identical(
+    run_cli, volume, server, fault, attempts
+):
+    server.fault = fault
+    before = table_dump(volume["path"])
+    result = compact(run_cli, volume, "--json")
+    assert result.exit_code == 1, result
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "failed"
+    after = table_dump(volume["path"])
+    assert after["sessions"] == before["sessions"]
+    assert after["messages"] == before["messages"]
+    assert after["memories"] == before["memories"]
+    new_runs = after["runs"][len(before["runs"]) :]
+    assert len(new_runs) == 1
+    run = dict(
+        zip(
+            [
+                "id",
+                "session_id",
+                "trigger",
+                "model",
+                "status",
+                "input_tokens",
+                "output_tokens",
+                "last_input_tokens",
+                "error",
+            ],
+            new_runs[0],
+            strict=False,
+        )
+    )
+    assert (run["trigger"], run["status"], run["session_id"]) == (
+        "compaction",
+        "error",
+        volume["due"],
+    )
+    assert run["error"] == outcome["error"]
+    new_audit = after["audit"][len(before["audit"]) :]
+    assert len(new_audit) == 1
+    detail = json.loads(new_audit[0][3])
+    assert new_audit[0][2] == "compaction" and detail["action"] == "failed"
+    assert detail["reason"] == outcome["error"] and new_audit[0][6] == "volumetool"
+    assert len(server.requests) == attempts  # retried only what may be retried
+    if fault in ("truncated", "tool_call", "overlong"):
+        assert (run["input_tokens"], run["output_tokens"]) == (1200, 80)  # usage if any
+
+
+def test_timeout_bounds_each_request(run_cli, volume, server):
+    server.fault = "hang"
+    result = compact(run_cli, volume, "--timeout", "0.3", "--retries", "1", "--json")
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "failed"
+    assert "no response within 0.3s" in outcome["error"]
+    assert len(server.requests) == 2
+
+
+def test_transient_errors_are_retried_then_succeed(run_cli, volume, server):
+    server.queue("503", "429", "drop")
+    [outcome] = json.loads(compact(run_cli, volume, "--json").stdout)
+    assert outcome["status"] == "compacted"
+    assert len(server.requests) == 4
+
+
+def test_dry_run_is_read_only_and_calls_no_model(run_cli, volume, server):
+    before = volume["path"].read_bytes()
+    result = compact(run_cli, volume, "--dry-run", "--json", key=None)
+    assert result.exit_code == 0
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "would_compact"
+    assert (outcome["folded_turns"], outcome["folded_messages"]) == (3, 10)
+    assert outcome["last_input_tokens"] == 60000 and outcome["model"] == "tiny-model"
+    assert outcome["estimated_tokens"] > 0
+    assert server.requests == []
+    assert volume["path"].read_bytes() == before
+    text = compact(run_cli, volume, "--dry-run", key=None).stdout
+    assert "discord:1: would compact 3 turn(s), 10 message(s)" in text
+
+
+def test_force_compacts_a_named_thread_that_is_not_due(run_cli, volume, server):
+    result = compact(run_cli, volume, "--key", "discord:2", "--json")
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "skipped" and "not due" in outcome["error"]
+    assert server.requests == []
+    [outcome] = json.loads(
+        compact(run_cli, volume, "--key", "discord:2", "--force", "--json").stdout
+    )
+    assert outcome["status"] == "compacted"
+    [outcome] = json.loads(
+        compact(run_cli, volume, "--key", "discord:3", "--force", "--json").stdout
+    )
+    assert outcome["status"] == "skipped" and "nothing to fold" in outcome["error"]
+
+
+def test_usage_errors(run_cli, volume):
+    assert_clean_error(compact(run_cli, volume, "--force"), 2, "--force needs --key")
+    assert_clean_error(compact(run_cli, volume, key=None), 2, "TEST_MODEL_KEY is not set")
+
+
+def test_the_agent_appending_during_the_model_call_loses_nothing(run_cli, volume, server):
+    def agent_writes(body):
+        w = VolumeWriter(volume["path"])
+        w.clock = w.clock.replace(day=20)
+        w.message(volume["due"], "user", "a new question while you summarize")
+        w.message(volume["due"], "assistant", "a new answer")
+        w.close()
+
+    server.on_request = agent_writes
+    live_before, _ = live_and_folded(volume["path"], volume["due"])
+    [outcome] = json.loads(compact(run_cli, volume, "--json").stdout)
+    assert outcome["status"] == "compacted"
+    live, folded = live_and_folded(volume["path"], volume["due"])
+    assert sorted(live + folded)[: len(live_before)] == live_before
+    contents = rows(
+        volume["path"],
+        "SELECT content FROM messages WHERE session_id = ? AND folded_by IS NULL ORDER BY id",
+        volume["due"],
+    )
+    assert contents[-2:] == [("a new question while you summarize",), ("a new answer",)]
+    assert len(folded) == 10
+
+
+@pytest.mark.parametrize("change", ["new", "summary", "reset"])
+def test_a_thread_changed_during_the_call_is_a_conflict(run_cli, volume, server, change):
+    def agent_changes(body):
+        conn = sqlite3.connect(volume["path"])
+        if change == "new":
+            conn.execute("UPDATE sessions SET status = 'archived' WHERE id = ?", (volume["due"],))
+        elif change == "summary":
+            conn.execute("UPDATE sessions SET summary = 'mine' WHERE id = ?", (volume["due"],))
+        else:
+            conn.execute("DELETE FROM messages WHERE session_id = ?", (volume["due"],))
+        conn.commit()
+        conn.close()
+
+    server.on_request = agent_changes
+    result = compact(run_cli, volume, "--json")
+    assert result.exit_code == 1
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "conflict"
+    runs = rows(volume["path"], "SELECT count(*) FROM runs WHERE trigger = 'compaction'")
+    assert runs == [(0,)]
+    assert rows(volume["path"], "SELECT count(*) FROM messages WHERE folded_by IS NOT NULL") == [
+        (0,)
+    ]
+    [(detail, actor)] = rows(volume["path"], "SELECT detail, actor FROM audit")
+    assert json.loads(detail)["action"] == "conflict" and actor == "volumetool"
+
+
+def test_another_volumetool_holding_the_lock_is_busy(run_cli, volume, server):
+    with volume_lock(volume["path"]):
+        result = compact(run_cli, volume, "--json")
+    assert result.exit_code == 4
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "skipped" and "volume lock" in outcome["error"]
+    assert server.requests == []
+
+
+def test_wait_for_the_lock(run_cli, volume, server):
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold():
+        with volume_lock(volume["path"]):
+            held.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    threading.Timer(0.3, release.set).start()
+    result = compact(run_cli, volume, "--wait", "5", "--json")
+    holder.join()
+    assert json.loads(result.stdout)[0]["status"] == "compacted"
+
+
+def test_the_agent_holding_the_write_lock_past_the_busy_timeout(run_cli, volume, server):
+    def agent_holds_the_lock(body):
+        conn = sqlite3.connect(volume["path"], isolation_level=None, check_same_thread=False)
+        conn.execute("BEGIN IMMEDIATE")
+        threading.Timer(1.5, lambda: (conn.execute("ROLLBACK"), conn.close())).start()
+
+    server.on_request = agent_holds_the_lock
+    result = compact(run_cli, volume, "--busy-timeout", "0.2", "--json")
+    assert result.exit_code == 4
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "skipped" and "locked" in outcome["error"]
+
+
+def test_many_volumes_with_bounded_concurrency(run_cli, tmp_path, server):
+    server.latency = 0.2
+    paths = []
+    for v in range(3):
+        w = VolumeWriter(tmp_path / f"v{v}" / "agent.db")
+        for t in range(3):
+            due_thread(w, f"k{t}")
+        w.close()
+        paths.append(w.path)
+    config = write_config(tmp_path / "agent.yaml", server)
+    result = run_cli(
+        "compact",
+        *paths,
+        "--config",
+        config,
+        "--concurrency",
+        "4",
+        "--json",
+        env={"TEST_MODEL_KEY": KEY},
+    )
+    outcomes = json.loads(result.stdout)
+    assert result.exit_code == 0
+    assert [o["status"] for o in outcomes] == ["compacted"] * 9
+    assert server.max_in_flight == 4
+    assert {o["volume"] for o in outcomes} == {str(p) for p in paths}
+
+
+def test_a_bad_volume_among_good_ones(run_cli, volume, tmp_path):
+    result = run_cli(
+        "compact",
+        volume["path"],
+        tmp_path / "missing.db",
+        "--config",
+        volume["config"],
+        "--json",
+        env={"TEST_MODEL_KEY": KEY},
+    )
+    assert result.exit_code == 2
+    statuses = {o["volume"]: o["status"] for o in json.loads(result.stdout)}
+    assert statuses == {str(volume["path"]): "compacted", str(tmp_path / "missing.db"): "skipped"}
+
+
+def test_prompt_file_replaces_the_prompt(run_cli, volume, server, tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Summarize like a pirate.")
+    compact(run_cli, volume, "--prompt-file", prompt, "--max-summary-tokens", "300")
+    body = server.requests[0]["body"]
+    assert body["messages"][0] == {"role": "system", "content": "Summarize like a pirate."}
+    assert body["max_tokens"] == 300
+
+
+def test_sessions_due_column(run_cli, volume):
+    result = run_cli("sessions", volume["path"], "--due", "--config", volume["config"], "--json")
+    due = {r["conversation_key"]: r["due"] for r in json.loads(result.stdout)}
+    assert due == {"discord:1": True, "discord:2": False, "discord:3": False}
+    assert_clean_error(run_cli("sessions", volume["path"], "--due"), 2, "--config")
+
+
+def test_the_api_key_never_leaks(run_cli, volume, server, tmp_path):
+    server.queue("401")
+    for args in (["--json"], ["--debug"]):
+        if args == ["--debug"]:
+            server.queue("500", "500", "500", "500")
+            result = run_cli(
+                "--debug",
+                "compact",
+                volume["path"],
+                "--config",
+                volume["config"],
+                env={"TEST_MODEL_KEY": KEY},
+            )
+        else:
+            result = compact(run_cli, volume, *args)
+        assert result.exit_code == 1
+        assert KEY not in result.stdout and KEY not in result.stderr
+        assert KEY[:12] not in result.stdout + result.stderr
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+            assert KEY[3:20].encode() not in path.read_bytes(), path

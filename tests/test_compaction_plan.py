@@ -1,0 +1,231 @@
+"""The pure core: which threads are due and which messages fold — example and property tests."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from volumetool.compaction.plan import (
+    Message,
+    RunFact,
+    check_due,
+    plan_fold,
+    split_turns,
+)
+from volumetool.compaction.summarize import SummaryRejected, accept_summary, render_request
+from volumetool.config import MemorySettings
+
+ON = MemorySettings(scope="thread", compact_at_tokens=50_000)
+
+
+@st.composite
+def transcripts(draw, max_turns: int = 8) -> list[Message]:
+    """Live transcripts: a prefix, then turns with tool calls and results. Sometimes a result
+    arrives after the next user message, as when the agent is busy."""
+    text = st.text(max_size=12)
+    messages: list[tuple] = []
+    for _ in range(draw(st.integers(0, 2))):
+        messages.append(("system", draw(text), None, None))
+    if draw(st.booleans()):
+        messages.append(("assistant", draw(text), None, None))
+    late: list[str] = []
+    call = 0
+    for _ in range(draw(st.integers(0, max_turns))):
+        messages.append(("user", draw(text), None, None))
+        for pending in late:
+            messages.append(("tool", draw(text), None, pending))
+        late = []
+        for _ in range(draw(st.integers(0, 2))):
+            ids = [f"c{call + n}" for n in range(draw(st.integers(1, 2)))]
+            call += len(ids)
+            calls = json.dumps(
+                [
+                    {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    for i in ids
+                ]
+            )
+            messages.append(("assistant", "", calls, None))
+            for i in ids:
+                if draw(st.integers(0, 9)) == 0:
+                    late.append(i)
+                else:
+                    messages.append(("tool", draw(text), None, i))
+        if draw(st.booleans()):
+            messages.append(("assistant", draw(text), None, None))
+    return [Message(n + 1, *m) for n, m in enumerate(messages)]
+
+
+def calls_and_results(messages):
+    calls = {cid: m.id for m in messages for cid in m.call_ids()}
+    results = {m.tool_call_id: m.id for m in messages if m.tool_call_id}
+    return calls, results
+
+
+@settings(max_examples=500)
+@given(transcripts())
+def test_fold_properties(live):
+    plan = plan_fold(live)
+    prefix, turns = split_turns(live)
+    # folded + live = the original sequence, in order
+    assert list(plan.prefix) + list(plan.fold) + list(plan.keep) == live
+    # the prefix is never folded
+    assert list(plan.prefix) == prefix
+    # the last two turns stay, byte for byte
+    last_two = [m for turn in turns[-2:] for m in turn]
+    assert list(plan.keep[len(plan.keep) - len(last_two) :]) == last_two
+    # whole turns only, and at least three turns to fold anything
+    assert plan.folded_turns <= max(len(turns) - 2, 0)
+    assert list(plan.fold) == [m for turn in turns[: plan.folded_turns] for m in turn]
+    # no tool call is separated from its result
+    folded = {m.id for m in plan.fold}
+    calls, results = calls_and_results(live)
+    for cid, call_id in calls.items():
+        if cid in results:
+            assert (call_id in folded) == (results[cid] in folded), cid
+
+
+def test_fold_keeps_the_turn_whose_call_a_kept_turn_answers():
+    calls = json.dumps([{"id": "late", "function": {"name": "f"}}])
+    live = [
+        Message(1, "user", "q1"),
+        Message(2, "assistant", "a1"),
+        Message(3, "user", "q2"),
+        Message(4, "assistant", "", calls),
+        Message(5, "user", "q3"),
+        Message(6, "tool", "result", None, "late"),
+        Message(7, "user", "q4"),
+        Message(8, "assistant", "a4"),
+    ]
+    plan = plan_fold(live)
+    assert [m.id for m in plan.fold] == [1, 2]
+    assert plan.folded_turns == 1
+
+
+def test_fold_with_fewer_than_three_turns_folds_nothing():
+    live = [
+        Message(1, "system", "s"),
+        Message(2, "user", "q"),
+        Message(3, "assistant", "a"),
+        Message(4, "user", "q2"),
+    ]
+    assert plan_fold(live).empty
+
+
+runs = st.lists(
+    st.builds(
+        lambda i, trig, ok, tok: (i, trig, ok, tok),
+        st.integers(1, 50),
+        st.sampled_from(["message", "webhook", "schedule", "compaction"]),
+        st.booleans(),
+        st.one_of(st.none(), st.integers(0, 200_000)),
+    ),
+    max_size=8,
+    unique_by=lambda r: r[0],
+).map(lambda rs: [RunFact(i, t, "ok" if ok else "error", tok) for i, t, ok, tok in rs])
+
+
+def expected_due(settings, facts, turns):
+    if settings.scope != "thread" or settings.compact_at_tokens is None or turns < 3:
+        return False
+    compacted = max(
+        (r.id for r in facts if r.trigger == "compaction" and r.status == "ok"), default=0
+    )
+    agent = [
+        r for r in facts if r.trigger != "compaction" and r.status == "ok" and r.id > compacted
+    ]
+    if not agent:
+        return False
+    figure = max(agent, key=lambda r: r.id).last_input_tokens
+    return figure is not None and figure >= settings.compact_at_tokens
+
+
+settings_strategy = st.builds(
+    MemorySettings,
+    scope=st.sampled_from(["thread", "none"]),
+    compact_at_tokens=st.one_of(st.none(), st.integers(1, 150_000)),
+)
+
+
+@settings(max_examples=1000)
+@given(settings_strategy, runs, st.integers(0, 6))
+def test_due_is_exactly_the_rule(memory, facts, turns):
+    due = check_due(memory, facts, turns)
+    assert due.due == expected_due(memory, facts, turns)
+    assert due.reason
+
+
+@settings(max_examples=500)
+@given(
+    runs,
+    st.integers(0, 6),
+    st.lists(st.tuples(st.integers(51, 99), st.integers(0, 10**7)), max_size=4),
+)
+def test_compaction_runs_never_count_toward_the_trigger(facts, turns, compactions):
+    """However large a compaction run's own figure, adding it never makes a thread due."""
+    before = check_due(ON, facts, turns).due
+    extra = [
+        RunFact(i, "compaction", s, t)
+        for i, t in compactions
+        for s in ("ok", "error")
+        if i not in {f.id for f in facts}
+    ]
+    after = check_due(ON, facts + extra, turns).due
+    assert after <= before
+
+
+def test_no_op_cases_say_why():
+    agent = [RunFact(1, "message", "ok", 60_000)]
+    assert check_due(MemorySettings(scope="none"), agent, 5).reason.startswith("memory.scope")
+    assert "disabled" in check_due(MemorySettings("thread", False, None), agent, 5).reason
+    assert "live turn" in check_due(ON, agent, 2).reason
+    assert "no input token" in check_due(ON, [RunFact(1, "message", "ok", None)], 5).reason
+    assert "<" in check_due(ON, [RunFact(1, "message", "ok", 49_999)], 5).reason
+    after = [*agent, RunFact(2, "compaction", "ok", 900000)]
+    assert "since the last compaction" in check_due(ON, after, 5).reason
+    failed = [*agent, RunFact(2, "compaction", "error", None)]
+    assert check_due(ON, failed, 5).due  # a failed compaction changed nothing: still due
+    assert check_due(ON, agent, 3).due
+
+
+def test_summary_request_renders_tool_calls_and_results():
+    calls = json.dumps(
+        [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+            }
+        ]
+    )
+    fold = [
+        Message(1, "user", "read it"),
+        Message(2, "assistant", "", calls),
+        Message(3, "tool", "hello", None, "c1"),
+        Message(4, "assistant", "It says hello."),
+    ]
+    text = render_request("Earlier: greetings.", fold)
+    assert text.startswith("Previous summary:\nEarlier: greetings.")
+    assert '[assistant called tool read_file (c1)] {"path": "a.txt"}' in text
+    assert "[tool result for c1]\nhello" in text
+    assert "[assistant]\nIt says hello." in text
+
+
+def test_acceptance_of_a_summary():
+    fold = [Message(1, "user", "x" * 500)]
+    assert accept_summary("  short  ", "stop", None, fold) == "short"
+    for text, finish, reason in [
+        ("", "stop", "empty"),
+        ("  \n", "stop", "empty"),
+        (None, "stop", "empty"),
+        ("ok", "length", "cut off"),
+        ("ok", "tool_call", "tool call"),
+        ("y" * 600, "stop", "not shorter"),
+    ]:
+        try:
+            accept_summary(text, finish, None, fold)
+        except SummaryRejected as exc:
+            assert reason in str(exc)
+        else:
+            raise AssertionError(f"accepted {text!r} {finish}")

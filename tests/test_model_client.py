@@ -1,0 +1,115 @@
+"""The model client against the real test server: retries, Retry-After, usage, typed errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.model_server import ModelServer
+from volumetool.model_client import Endpoint, ModelClient, ModelError, RetryPolicy
+
+KEY = "sk-client-abcdefghijklmnopqrstuvwxyz012345"
+
+
+@pytest.fixture
+def server():
+    with ModelServer() as s:
+        yield s
+
+
+def run(server, api="openai", attempts=4, timeout=5.0, jitter=1.0):
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    async def go():
+        endpoint = Endpoint(api, server.url, "m", KEY, max_tokens=100, timeout=timeout)
+        policy = RetryPolicy(attempts=attempts, sleep=sleep, jitter=lambda: jitter)
+        async with ModelClient(endpoint, retry=policy) as client:
+            return await client.complete("system", "user")
+
+    try:
+        return asyncio.run(go()), delays
+    except ModelError as exc:
+        return exc, delays
+
+
+def test_retry_after_is_honoured(server):
+    server.retry_after = "2"
+    server.queue("429")
+    completion, delays = run(server)
+    assert completion.text == server.summary
+    assert len(delays) == 1 and 2 <= delays[0] <= 2.5
+
+
+def test_backoff_is_exponential_with_jitter(server):
+    server.queue("503", "500", "503")
+    completion, delays = run(server, jitter=1.0)
+    assert completion.text
+    assert delays == [0.5, 1.0, 2.0]
+    server.queue("503", "500")
+    _, delays = run(server, jitter=0.5)
+    assert delays == [0.25, 0.5]
+
+
+def test_retries_are_bounded(server):
+    server.fault = "500"
+    error, delays = run(server, attempts=3)
+    assert isinstance(error, ModelError)
+    assert len(server.requests) == 3 and len(delays) == 2
+    assert error.status == 500 and "after 3 attempts" in str(error)
+
+
+@pytest.mark.parametrize("fault", ["400", "401", "403", "413", "quota"])
+def test_never_retried(server, fault):
+    server.fault = fault
+    error, delays = run(server)
+    assert isinstance(error, ModelError) and not error.retryable
+    assert len(server.requests) == 1 and delays == []
+
+
+def test_errors_carry_status_type_and_request_id_but_never_the_key(server):
+    server.fault = "401"
+    error, _ = run(server)
+    assert error.status == 401
+    assert error.error_type == "invalid_api_key"
+    assert error.request_id == "req_test_1"
+    assert KEY not in str(error) and KEY[:10] not in str(error)
+    assert KEY not in repr(Endpoint("openai", "u", "m", KEY))
+
+
+def test_usage_is_none_when_not_reported(server):
+    server.omit_usage = True
+    for api in ("openai", "anthropic"):
+        completion, _ = run(server, api=api)
+        assert (completion.usage.input_tokens, completion.usage.output_tokens) == (None, None)
+
+
+def test_anthropic_prompt_size_includes_cache_tokens(server):
+    completion, _ = run(server, api="anthropic")
+    assert completion.usage.input_tokens == 1200 + 30 + 70
+    assert completion.usage.output_tokens == 80
+
+
+def test_timeout_bounds_the_whole_request(server):
+    server.fault = "hang"
+    error, _ = run(server, attempts=1, timeout=0.3)
+    assert isinstance(error, ModelError) and error.retryable
+    assert "no response within 0.3s" in str(error)
+
+
+def test_connection_refused_is_a_retryable_connection_error():
+    async def go():
+        endpoint = Endpoint("openai", "http://127.0.0.1:9", "m", KEY, timeout=2)
+
+        async def sleep(_):
+            return None
+
+        async with ModelClient(endpoint, retry=RetryPolicy(attempts=2, sleep=sleep)) as client:
+            return await client.complete("s", "u")
+
+    with pytest.raises(ModelError, match="connection error") as caught:
+        asyncio.run(go())
+    assert caught.value.attempts == 2

@@ -1,0 +1,1 @@
+"""Compaction: plan (pure), summarize (prompt and acceptance), store (SQLite), run (cron)."""
