@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.volumes import VolumeWriter
+from tests.volumes import VolumeWriter, file_digest
 from volumetool.create import create_volume
 
 READ_COMMANDS = [
@@ -121,10 +120,6 @@ def test_waits_for_a_short_lock_within_the_busy_timeout(tmp_path, run_cli):
     assert result.exit_code == 0, result
 
 
-def digest(path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 @pytest.mark.parametrize(
     "command",
     [
@@ -141,10 +136,10 @@ def test_read_commands_never_write_the_file(tmp_path, run_cli, command):
     w.memory("color", "blue")
     w.close()
     path = tmp_path / "agent.db"
-    before, mtime = digest(path), path.stat().st_mtime_ns
+    before, mtime = file_digest(path), path.stat().st_mtime_ns
     result = run_cli(*[path if a == "VOL" else a for a in command])
     assert result.exit_code == 0, result
-    assert digest(path) == before
+    assert file_digest(path) == before
     assert path.stat().st_mtime_ns == mtime
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from datetime import UTC, datetime, timedelta
@@ -155,3 +156,10 @@ def table_dump(
         return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables}
     finally:
         conn.close()
+
+
+def file_digest(path: Path) -> str:
+    """The database file and its WAL, if any: everything a write would have to touch."""
+    wal = Path(f"{path}-wal")
+    data = Path(path).read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+    return hashlib.sha256(data).hexdigest()

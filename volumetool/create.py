@@ -47,9 +47,12 @@ def publish(tmp: Path, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_file(path: Path, mode: int = 0o600) -> Iterator[Path]:
-    """A temporary sibling of `path` (mode 0600) that becomes `path` when the block succeeds."""
-    refuse_existing(path)
+def staged_file(path: Path, mode: int = 0o600, replace: bool = False) -> Iterator[Path]:
+    """A temporary sibling of `path` (mode 0600) that becomes `path` when the block succeeds:
+    fsynced, then linked into place (never replacing a file) or, with `replace`, renamed over
+    it. A failure or a kill leaves `path` as it was."""
+    if not replace:
+        refuse_existing(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -62,7 +65,11 @@ def staged_file(path: Path, mode: int = 0o600) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
-        publish(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+            fsync_directory(path.parent)
+        else:
+            publish(tmp, path)
     finally:
         for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
             with contextlib.suppress(FileNotFoundError):

@@ -6,10 +6,15 @@ a byte or write half of an import.
 
 from __future__ import annotations
 
+import json
+import re
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
 
-from volumetool.errors import ProblemsFound
+from volumetool.errors import ProblemsFound, UnusableInput
+from volumetool.timefmt import now_iso
 
 MEMORY_FIELDS = ("key", "value", "created_at", "updated_at")
 
@@ -50,3 +55,344 @@ def get_memory(conn: sqlite3.Connection, key: str) -> str:
     if row is None:
         raise ProblemsFound(f"no memory under key {key!r}")
     return row[0]
+
+
+# -- keys --------------------------------------------------------------------------------------
+
+KEY_MAX_CHARS = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def key_problem(key: object) -> str | None:
+    """Why `key` cannot name a memory, or None."""
+    if not isinstance(key, str):
+        return f"the key is not a string (got {_json_type(key)})"
+    if not key:
+        return "the key is empty"
+    if len(key) > KEY_MAX_CHARS:
+        return f"the key is {len(key)} characters long (at most {KEY_MAX_CHARS})"
+    if _SURROGATE.search(key):
+        return "the key holds a lone surrogate, which is not valid Unicode"
+    if _CONTROL.search(key):
+        return "the key holds a control character or a line break"
+    if key != key.strip():
+        return "the key has leading or trailing whitespace"
+    return None
+
+
+def check_key(key: str) -> str:
+    problem = key_problem(key)
+    if problem:
+        raise UnusableInput(f"invalid memory key {key[:60]!r}: {problem}")
+    return key
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        list: "an array",
+        dict: "an object",
+        str: "a string",
+    }.get(type(value), type(value).__name__)
+
+
+# -- remember / forget ---------------------------------------------------------------------
+
+
+def audit_memory(conn: sqlite3.Connection, action: str, key: str, ts: str) -> None:
+    """The memory audit event the agent's own tools write, by volumetool."""
+    conn.execute(
+        "INSERT INTO audit (ts, event, detail, session_id, run_id, actor)"
+        " VALUES (?, 'memory', json_object('action', ?, 'key', ?), NULL, NULL, 'volumetool')",
+        (ts, action, key),
+    )
+
+
+def remember(conn: sqlite3.Connection, key: str, value: str) -> None:
+    """Save or update one memory, with its audit event. Call inside a write transaction."""
+    check_key(key)
+    if _SURROGATE.search(value):
+        raise UnusableInput("the value holds a lone surrogate, which is not valid Unicode")
+    ts = now_iso()
+    conn.execute(
+        "INSERT INTO memories (key, value, created_at, updated_at) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        (key, value, ts, ts),
+    )
+    audit_memory(conn, "remember", key, ts)
+
+
+def forget(conn: sqlite3.Connection, key: str) -> None:
+    """Delete one memory, with its audit event; ProblemsFound when there is none."""
+    if conn.execute("DELETE FROM memories WHERE key = ?", (key,)).rowcount == 0:
+        raise ProblemsFound(f"no memory under key {key!r}")
+    audit_memory(conn, "forget", key, now_iso())
+
+
+# -- export --------------------------------------------------------------------------------
+
+EXPORT_FORMAT = "volumetool.memories"
+EXPORT_VERSION = 1
+_EXPORT_ROW = (
+    "SELECT json_object('key', key, 'value', value, 'created_at', created_at,"
+    " 'updated_at', updated_at) FROM memories ORDER BY key"
+)
+
+
+def export(
+    conn: sqlite3.Connection, out: BinaryIO, fmt: str = "jsonl", agent: str | None = None
+) -> int:
+    """Stream every memory in key order as JSON Lines or one JSON document; returns the count.
+
+    SQLite writes each object (json_object), so memory use stays flat whatever the count.
+    """
+    count = 0
+    cursor = conn.execute(_EXPORT_ROW)
+    if fmt == "json":
+        header = {
+            "format": EXPORT_FORMAT,
+            "version": EXPORT_VERSION,
+            "agent": agent,
+            "exported_at": now_iso(),
+        }
+        out.write(json.dumps(header, ensure_ascii=False)[:-1].encode() + b', "memories": [')
+    separator = b"\n" if fmt == "jsonl" else b",\n"
+    while rows := cursor.fetchmany(10_000):
+        chunk = separator.join(row[0].encode() for row in rows)
+        if fmt == "json":
+            out.write((b"\n" if count == 0 else b",\n") + chunk)
+        else:
+            out.write(chunk + b"\n")
+        count += len(rows)
+    if fmt == "json":
+        out.write(b"\n]}\n")
+    return count
+
+
+# -- import --------------------------------------------------------------------------------
+
+ACTIONS = ("added", "changed", "unchanged", "skipped", "removed")
+_FIELDS = {"key", "value", "created_at", "updated_at"}
+
+
+@dataclass
+class ImportPlan:
+    counts: dict[str, int]
+    keys: list[tuple[str, str]]  # (action, key) for every key not unchanged, in key order
+    conflicts: list[str]
+
+    def summary(self) -> str:
+        return ", ".join(f"{self.counts[a]:,} {a}" for a in ACTIONS)
+
+
+class _Records:
+    """Validated records of an import file, streamed; the position of the last one read."""
+
+    def __init__(self, source: BinaryIO) -> None:
+        self.source = source
+        self.where = "line 1"
+
+    def fail(self, problem: str) -> UnusableInput:
+        return UnusableInput(f"{self.where}: {problem}", "nothing was imported")
+
+    def record(self, item: object) -> tuple[str, str, str | None, str | None]:
+        if not isinstance(item, dict):
+            raise self.fail(f"expected a JSON object, got {_json_type(item)}")
+        unknown = set(item) - _FIELDS
+        if unknown:
+            raise self.fail(
+                f"unknown field {sorted(unknown)[0]!r} (fields: key, value, created_at, updated_at)"
+            )
+        if "key" not in item or "value" not in item:
+            raise self.fail("a memory needs both key and value")
+        key, value = item["key"], item["value"]
+        problem = key_problem(key)
+        if problem:
+            raise self.fail(f"invalid key: {problem}")
+        if not isinstance(value, str):
+            raise self.fail(f"the value of {key!r} is {_json_type(value)}, not a string")
+        if _SURROGATE.search(value):
+            raise self.fail(
+                f"the value of {key!r} holds a lone surrogate, which is not valid Unicode"
+            )
+        stamps = []
+        for field in ("created_at", "updated_at"):
+            stamp = item.get(field)
+            if stamp is not None and not isinstance(stamp, str):
+                raise self.fail(f"{field} of {key!r} is {_json_type(stamp)}, not a string")
+            stamps.append(stamp)
+        return key, value, stamps[0], stamps[1]
+
+    def __iter__(self) -> Iterator[tuple]:
+        first = self.source.readline()
+        while first and not first.strip():
+            first = self.source.readline()
+        if not first:
+            return
+        head = self._decode(first, 1)
+        try:
+            item = json.loads(head)
+        except ValueError:
+            item = None
+        if isinstance(item, dict) and "format" not in item and "memories" not in item:
+            yield from self._lines(head)
+        else:
+            yield from self._document(first + self.source.read())
+
+    def _decode(self, data: bytes, line: int) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            extra = data[: exc.start].count(b"\n")
+            self.where = f"line {line + extra}"
+            raise self.fail(f"invalid UTF-8 (byte 0x{data[exc.start]:02x})") from None
+
+    def _lines(self, first: str) -> Iterator[tuple]:
+        number, text = 1, first
+        while True:
+            self.where = f"line {number}"
+            if text.strip():
+                try:
+                    item = json.loads(text)
+                except ValueError as exc:
+                    raise self.fail(f"not valid JSON ({exc.msg})") from None
+                yield self.record(item)
+            raw = self.source.readline()
+            if not raw:
+                return
+            number += 1
+            text = self._decode(raw, number)
+
+    def _document(self, data: bytes) -> Iterator[tuple]:
+        text = self._decode(data, 1)
+        try:
+            document = json.loads(text)
+        except ValueError as exc:
+            self.where = f"line {exc.lineno}"
+            raise self.fail(f"not valid JSON ({exc.msg})") from None
+        self.where = "the document"
+        if not (
+            isinstance(document, dict)
+            and document.get("format") == EXPORT_FORMAT
+            and isinstance(document.get("memories"), list)
+        ):
+            raise self.fail(
+                f"not a memories export (expected JSON Lines, or a JSON object "
+                f'with "format": "{EXPORT_FORMAT}" and a "memories" list)'
+            )
+        if document.get("version") != EXPORT_VERSION:
+            raise self.fail(f"unsupported export version {document.get('version')!r}")
+        for number, item in enumerate(document["memories"], 1):
+            self.where = f"record {number}"
+            yield self.record(item)
+
+
+def stage_import(conn: sqlite3.Connection, source: BinaryIO) -> int:
+    """Read and validate a whole import file into a TEMP table, touching only the temp
+    database, so the agent's file stays unlocked while a large file is parsed. Returns the
+    count; UnusableInput names the line or record of the first problem."""
+    records = _Records(source)
+    conn.execute("DROP TABLE IF EXISTS temp.import_memories")
+    conn.execute(
+        "CREATE TEMP TABLE import_memories (key TEXT PRIMARY KEY, value TEXT NOT NULL,"
+        " created_at TEXT, updated_at TEXT, position TEXT NOT NULL)"
+    )
+    last: list[str] = [""]
+
+    def rows() -> Iterator[tuple]:
+        for key, value, created, updated in records:
+            last[0] = key
+            yield key, value, created, updated, records.where
+
+    conn.execute("BEGIN")
+    try:
+        conn.executemany("INSERT INTO temp.import_memories VALUES (?, ?, ?, ?, ?)", rows())
+    except sqlite3.IntegrityError:
+        first = conn.execute(
+            "SELECT position FROM temp.import_memories WHERE key = ?", (last[0],)
+        ).fetchone()
+        conn.execute("ROLLBACK")
+        raise records.fail(f"key {last[0]!r} appears twice (first at {first[0]})") from None
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return conn.execute("SELECT count(*) FROM temp.import_memories").fetchone()[0]
+
+
+_CLASSIFY = """
+SELECT i.key, CASE WHEN m.key IS NULL THEN 'added'
+                   WHEN m.value = i.value THEN 'unchanged'
+                   ELSE 'changed' END
+FROM temp.import_memories i LEFT JOIN main.memories m ON m.key = i.key
+UNION ALL
+SELECT m.key, 'removed' FROM main.memories m
+WHERE ? AND NOT EXISTS (SELECT 1 FROM temp.import_memories i WHERE i.key = m.key)
+ORDER BY 1
+"""
+
+
+def plan_import(conn: sqlite3.Connection, on_conflict: str, prune: bool) -> ImportPlan:
+    """Classify every key of the staged import against the volume's memories."""
+    counts = dict.fromkeys(ACTIONS, 0)
+    keys: list[tuple[str, str]] = []
+    conflicts: list[str] = []
+    for key, action in conn.execute(_CLASSIFY, (prune,)):
+        if action == "changed":
+            conflicts.append(key)
+            if on_conflict == "skip":
+                action = "skipped"
+        counts[action] += 1
+        if action != "unchanged":
+            keys.append((action, key))
+    return ImportPlan(counts, keys, conflicts)
+
+
+def apply_import(conn: sqlite3.Connection, on_conflict: str, prune: bool) -> ImportPlan:
+    """Write the staged import: call inside the write transaction. Every key written gets a
+    remember event and every key removed a forget event; unchanged keys get neither."""
+    plan = plan_import(conn, on_conflict, prune)
+    if on_conflict == "fail" and plan.conflicts:
+        shown = ", ".join(repr(k) for k in plan.conflicts[:10])
+        more = f" and {len(plan.conflicts) - 10} more" if len(plan.conflicts) > 10 else ""
+        raise ProblemsFound(
+            f"{len(plan.conflicts)} key(s) exist with a different value: {shown}{more};"
+            " nothing was imported",
+            "--on-conflict skip keeps them, --on-conflict overwrite replaces them",
+        )
+    ts = now_iso()
+    overwrite = on_conflict == "overwrite"
+    conn.execute(
+        "INSERT INTO audit (ts, event, detail, session_id, run_id, actor)"
+        " SELECT ?, 'memory', json_object('action', action, 'key', key), NULL, NULL,"
+        " 'volumetool' FROM (SELECT i.key AS key, 'remember' AS action"
+        "   FROM temp.import_memories i LEFT JOIN main.memories m ON m.key = i.key"
+        "   WHERE m.key IS NULL OR (? AND m.value != i.value)"
+        " UNION ALL SELECT m.key, 'forget' FROM main.memories m"
+        "   WHERE ? AND NOT EXISTS (SELECT 1 FROM temp.import_memories i WHERE i.key = m.key))"
+        " ORDER BY key",
+        (ts, overwrite, prune),
+    )
+    if prune:
+        conn.execute(
+            "DELETE FROM main.memories WHERE key NOT IN (SELECT key FROM temp.import_memories)"
+        )
+    if overwrite:
+        conn.execute(
+            "UPDATE main.memories SET value = i.value, updated_at = coalesce(i.updated_at, ?)"
+            " FROM temp.import_memories i WHERE memories.key = i.key AND memories.value != i.value",
+            (ts,),
+        )
+    conn.execute(
+        "INSERT INTO main.memories (key, value, created_at, updated_at)"
+        " SELECT key, value, coalesce(created_at, ?), coalesce(updated_at, created_at, ?)"
+        " FROM temp.import_memories i"
+        " WHERE NOT EXISTS (SELECT 1 FROM main.memories m WHERE m.key = i.key) ORDER BY key",
+        (ts, ts),
+    )
+    return plan

@@ -27,6 +27,7 @@ COMMANDS = {
     "runs": "volumetool.cli.inspect:runs",
     "audit": "volumetool.cli.inspect:audit",
     "memories": "volumetool.cli.memories:memories",
+    "thread": "volumetool.cli.threads:thread",
     "validate": "volumetool.cli.validate:validate",
     "config": "volumetool.cli.validate:config",
     "compact": "volumetool.cli.compact:compact",

@@ -60,3 +60,152 @@ def get(volume, key, busy_timeout) -> None:
     with Volume(volume, busy_timeout=busy_timeout) as vol, vol.translating():
         value = get_memory(vol.conn, require(key, "KEY"))
     sys.stdout.write(value + ("\n" if sys.stdout.isatty() else ""))
+
+
+@memories.command(name="remember")
+@volume_argument
+@click.argument("key", required=False)
+@click.argument("value", required=False)
+@busy_timeout_option
+def remember_(volume, key, value, busy_timeout) -> None:
+    """Save or update a memory, with its audit event (actor volumetool), as the agent's own
+    remember tool does.
+
+    \b
+    Example:
+      volumetool memories remember ./vol deploy_region 'always deploy to us-east'
+    """
+    from volumetool.memories import remember
+    from volumetool.volume import Volume
+
+    volume, key, value = shift_volume(volume, key, value)
+    key, value = require(key, "KEY"), require(value, "VALUE")
+    with Volume(volume, readonly=False, busy_timeout=busy_timeout) as vol, vol.write() as conn:
+        remember(conn, key, value)
+
+
+@memories.command(name="forget")
+@volume_argument
+@click.argument("key", required=False)
+@busy_timeout_option
+def forget_(volume, key, busy_timeout) -> None:
+    """Delete a memory, with its audit event (exit 1 when there is none).
+
+    \b
+    Example:
+      volumetool memories forget ./vol oncall_channel
+    """
+    from volumetool.memories import forget
+    from volumetool.volume import Volume
+
+    volume, key = shift_volume(volume, key)
+    with Volume(volume, readonly=False, busy_timeout=busy_timeout) as vol, vol.write() as conn:
+        forget(conn, require(key, "KEY"))
+
+
+@memories.command()
+@volume_argument
+@click.option(
+    "-o",
+    "--output",
+    "output_path",
+    metavar="FILE",
+    default="-",
+    help="Write here (atomically, mode 0600); - is stdout (the default).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "json"]),
+    default="jsonl",
+    show_default=True,
+    help="JSON Lines, or one JSON document.",
+)
+@busy_timeout_option
+def export(volume, output_path, fmt, busy_timeout) -> None:
+    """Export every memory (key, value, created_at, updated_at), ordered by key.
+
+    jsonl loads with `jq` and `sqlite-utils insert FILE memories - --nl`; json is
+    {"format": "volumetool.memories", "version": 1, "agent", "exported_at", "memories": [...]}.
+
+    \b
+    Example:
+      volumetool memories export ./vol -o memories.jsonl
+    """
+    from pathlib import Path
+
+    from volumetool.create import staged_file
+    from volumetool.memories import export as write_export
+    from volumetool.volume import Volume
+
+    with Volume(volume, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
+        agent = conn.execute("SELECT value FROM identity WHERE key = 'name'").fetchone()
+        name = agent[0] if agent else None
+        if output_path == "-":
+            count = write_export(conn, sys.stdout.buffer, fmt, name)
+            sys.stdout.buffer.flush()
+        else:
+            target = Path(output_path)
+            with staged_file(target, mode=0o600, replace=True) as tmp, open(tmp, "wb") as out:
+                count = write_export(conn, out, fmt, name)
+    click.echo(
+        f"volumetool: exported {count:,} memories"
+        + (f" to {output_path}" if output_path != "-" else ""),
+        err=True,
+    )
+
+
+@memories.command(name="import")
+@volume_argument
+@click.argument("file", required=False, metavar="FILE|-")
+@click.option(
+    "--on-conflict",
+    type=click.Choice(["fail", "skip", "overwrite"]),
+    default="fail",
+    show_default=True,
+    help="A key that exists with a different value: refuse the import, keep the "
+    "existing value, or replace it.",
+)
+@click.option("--prune", is_flag=True, help="Forget every memory the file does not hold.")
+@click.option("--dry-run", is_flag=True, help="Print the plan; write nothing.")
+@busy_timeout_option
+def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
+    """Import memories from an export (jsonl or json, detected), all or nothing.
+
+    Every record is validated before anything is written; then one transaction writes them,
+    each key written with its remember audit event and each key pruned with its forget event.
+    Unchanged values are neither written nor audited, so importing the same file twice is a
+    no-op. --dry-run prints ACTION<TAB>KEY for every key that would change.
+
+    \b
+    Example:
+      volumetool memories import ./new-vol memories.jsonl --dry-run
+      volumetool memories export ./old-vol | volumetool memories import ./new-vol -
+    """
+    from volumetool.errors import UnusableInput
+    from volumetool.memories import apply_import, plan_import, stage_import
+    from volumetool.volume import Volume
+
+    volume, file = shift_volume(volume, file)
+    file = require(file, "FILE")
+    with Volume(volume, readonly=dry_run, busy_timeout=busy_timeout) as vol:
+        try:
+            source = sys.stdin.buffer if file == "-" else open(file, "rb")  # noqa: SIM115
+        except OSError as exc:
+            raise UnusableInput(f"{file}: cannot read ({exc.strerror})") from None
+        with source, vol.translating():
+            staged = stage_import(vol.conn, source)
+        if staged == 0 and prune:
+            raise UnusableInput(
+                f"{file} holds no memories", "refusing to --prune every memory; nothing was changed"
+            )
+        if dry_run:
+            with vol.snapshot() as conn:
+                plan = plan_import(conn, on_conflict, prune)
+            for action, key in plan.keys:
+                click.echo(f"{action}\t{key}")
+        else:
+            with vol.write() as conn:
+                plan = apply_import(conn, on_conflict, prune)
+    prefix = "would import" if dry_run else "imported"
+    click.echo(f"volumetool: {prefix} {file}: {plan.summary()}", err=True)

@@ -1,0 +1,82 @@
+"""thread new and thread reset: /new and /reset from the shell, audited."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from tests.conftest import assert_clean_error
+from tests.volumes import VolumeWriter
+
+
+@pytest.fixture
+def vol(tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = w.thread("slack:T1/C2", channel="slack", summary="Earlier: budgets.")
+    run = w.run(s, trigger="compaction")
+    w.turn(s, 1, folded_by=run)
+    w.turn(s, 2, tool=True)
+    w.close()
+    return {"path": w.path, "session": s, "run": run}
+
+
+def query(path, sql, *params):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def test_new_archives_the_thread_and_starts_an_empty_one(vol, run_cli):
+    result = run_cli("thread", "new", vol["path"], "slack:T1/C2")
+    assert result.exit_code == 0, result
+    sessions = query(
+        vol["path"], "SELECT id, status, channel, summary, archived_at FROM sessions ORDER BY id"
+    )
+    (old, old_status, _, old_summary, archived_at), (new, status, channel, summary, _) = sessions
+    assert (old, old_status, old_summary) == (vol["session"], "archived", "Earlier: budgets.")
+    assert archived_at and (status, channel, summary) == ("active", "slack", None)
+    assert query(vol["path"], "SELECT count(*) FROM messages WHERE session_id = ?", old) == [(6,)]
+    [(detail, session_id, actor)] = query(
+        vol["path"], "SELECT detail, session_id, actor FROM audit WHERE event = 'thread'"
+    )
+    assert json.loads(detail) == {
+        "action": "new",
+        "key": "slack:T1/C2",
+        "archived_session_id": old,
+        "session_id": new,
+    }
+    assert (session_id, actor) == (new, "volumetool")
+
+
+def test_reset_deletes_messages_and_summary(vol, run_cli):
+    result = run_cli("thread", "reset", vol["path"], "slack:T1/C2", "--yes")
+    assert result.exit_code == 0, result
+    assert query(vol["path"], "SELECT count(*) FROM messages") == [(0,)]
+    assert query(vol["path"], "SELECT status, summary FROM sessions") == [("active", None)]
+    assert query(vol["path"], "SELECT count(*) FROM runs") == [(1,)]
+    [(detail, actor)] = query(vol["path"], "SELECT detail, actor FROM audit WHERE event = 'thread'")
+    assert json.loads(detail) == {"action": "reset", "key": "slack:T1/C2", "messages_deleted": 6}
+    assert actor == "volumetool"
+
+
+def test_reset_asks_first(vol, run_cli):
+    declined = run_cli("thread", "reset", vol["path"], "slack:T1/C2", input="n\n")
+    assert declined.exit_code == 1
+    assert "Delete the 6 message(s)" in declined.stderr
+    assert query(vol["path"], "SELECT count(*) FROM messages") == [(6,)]
+    closed = run_cli("thread", "reset", vol["path"], "slack:T1/C2", input="")
+    assert closed.exit_code == 1
+    assert query(vol["path"], "SELECT count(*) FROM messages") == [(6,)]
+    accepted = run_cli("thread", "reset", vol["path"], "slack:T1/C2", input="y\n")
+    assert accepted.exit_code == 0
+    assert query(vol["path"], "SELECT count(*) FROM messages") == [(0,)]
+
+
+@pytest.mark.parametrize("command", [["new"], ["reset", "--yes"]])
+def test_a_key_without_an_active_thread_is_a_clear_error(vol, run_cli, command):
+    result = run_cli("thread", command[0], vol["path"], "nope", *command[1:])
+    assert_clean_error(result, 1, "no active thread under key 'nope'")
