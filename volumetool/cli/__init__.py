@@ -31,6 +31,9 @@ COMMANDS = {
     "validate": "volumetool.cli.validate:validate",
     "config": "volumetool.cli.validate:config",
     "compact": "volumetool.cli.compact:compact",
+    "migrate": "volumetool.cli.maintenance:migrate",
+    "backup": "volumetool.cli.maintenance:backup",
+    "check": "volumetool.cli.maintenance:check",
 }
 
 

@@ -1,0 +1,114 @@
+"""`check`: integrity and consistency of an agent file, one finding per kind and table."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from volumetool.volume import Volume
+
+PROBLEM_FIELDS = ("check", "table", "ids", "message")
+MAX_IDS = 20  # ids named in one line; the count is always exact
+
+
+@dataclass(frozen=True)
+class Problem:
+    check: str
+    table: str
+    ids: tuple[int, ...]
+    message: str
+
+    def as_dict(self) -> dict:
+        return {
+            "check": self.check,
+            "table": self.table,
+            "ids": list(self.ids),
+            "message": self.message,
+        }
+
+    def line(self) -> str:
+        shown = ", ".join(str(i) for i in self.ids[:MAX_IDS])
+        more = f" and {len(self.ids) - MAX_IDS} more" if len(self.ids) > MAX_IDS else ""
+        rows = f" rows {shown}{more}" if self.ids else ""
+        return f"{self.table}{rows}: {self.message} [{self.check}]"
+
+
+# (check, table, query returning offending ids, message)
+ROW_CHECKS = (
+    (
+        "folded-by-non-compaction",
+        "messages",
+        "SELECT m.id FROM messages m JOIN runs r ON r.id = m.folded_by"
+        " WHERE r.trigger != 'compaction' OR r.status != 'ok' ORDER BY m.id",
+        "folded_by names a run that is not a successful compaction run",
+    ),
+    (
+        "folded-by-other-thread",
+        "messages",
+        "SELECT m.id FROM messages m JOIN runs r ON r.id = m.folded_by"
+        " WHERE r.session_id IS NOT m.session_id ORDER BY m.id",
+        "folded by a compaction run of another thread",
+    ),
+    (
+        "audit-detail-not-object",
+        "audit",
+        "SELECT id FROM audit WHERE NOT json_valid(detail) OR json_type(detail) != 'object'"
+        " ORDER BY id",
+        "detail is not a JSON object",
+    ),
+    (
+        "tool-calls-not-array",
+        "messages",
+        "SELECT id FROM messages WHERE tool_calls IS NOT NULL"
+        " AND (NOT json_valid(tool_calls) OR json_type(tool_calls) != 'array') ORDER BY id",
+        "tool_calls is not a JSON array",
+    ),
+    (
+        "audit-missing-thread",
+        "audit",
+        "SELECT a.id FROM audit a WHERE a.session_id IS NOT NULL"
+        " AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = a.session_id) ORDER BY a.id",
+        "session_id points to a missing thread",
+    ),
+    (
+        "audit-missing-run",
+        "audit",
+        "SELECT a.id FROM audit a WHERE a.run_id IS NOT NULL"
+        " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id) ORDER BY a.id",
+        "run_id points to a missing run",
+    ),
+)
+
+
+def problems(conn: sqlite3.Connection) -> Iterator[Problem]:
+    """Every problem SPEC section 8 lists (and a few more), from one read snapshot."""
+    integrity = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    if integrity != ["ok"]:
+        for message in integrity[:MAX_IDS]:
+            yield Problem("integrity", "database", (), message)
+        return  # nothing else can be trusted in a damaged file
+    dangling: dict[tuple[str, str], list[int]] = {}
+    for table, rowid, parent, _ in conn.execute("PRAGMA foreign_key_check"):
+        dangling.setdefault((table, parent), []).append(rowid)
+    for (table, parent), ids in sorted(dangling.items()):
+        yield Problem("foreign-key", table, tuple(sorted(ids)), f"point to missing {parent} rows")
+    for key, ids in conn.execute(
+        "SELECT conversation_key, group_concat(id) FROM sessions WHERE status = 'active'"
+        " GROUP BY conversation_key HAVING count(*) > 1 ORDER BY conversation_key"
+    ):
+        yield Problem(
+            "duplicate-active-thread",
+            "sessions",
+            tuple(sorted(int(i) for i in ids.split(","))),
+            f"more than one active thread for key {key!r}",
+        )
+    for check, table, sql, message in ROW_CHECKS:
+        ids = tuple(r[0] for r in conn.execute(sql))
+        if ids:
+            yield Problem(check, table, ids, message)
+
+
+def check_volume(volume: Volume) -> list[Problem]:
+    with volume.snapshot() as conn:
+        return list(problems(conn))

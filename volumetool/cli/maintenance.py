@@ -1,0 +1,158 @@
+"""migrate, backup, check: moving agent files forward, copying them, and checking them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+
+import click
+
+from volumetool.cli.options import busy_timeout_option, emit, output_options
+
+
+@click.command()
+@click.argument("volumes", nargs=-1, metavar="[VOLUME]...")
+@click.option(
+    "--list",
+    "list_",
+    is_flag=True,
+    help="Show applied (with time) and pending migrations; change nothing.",
+)
+@click.option("--check", "check_", is_flag=True, help="Exit 1 when anything is pending.")
+@click.option("--dry-run", is_flag=True, help="Say what would run; change nothing.")
+@click.option("--no-backup", is_flag=True, help="Skip the backup taken before the first change.")
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    metavar="SECONDS",
+    help="Wait this long for another volumetool's volume lock (else exit 4).",
+)
+@output_options
+@busy_timeout_option
+def migrate(
+    volumes, list_, check_, dry_run, no_backup, wait, output, tablefmt, limit, busy_timeout
+) -> None:
+    """Apply pending migrations, bringing each VOLUME to the current format (runtime 0.x files
+    included).
+
+    Before the first change a consistent backup is written next to the file
+    (agent.db.bak-<UTC timestamp>, never overwriting) and its path printed. Each migration
+    runs in its own transaction; integrity_check and foreign_key_check must pass after. A
+    failing migration leaves the file as it was before it (exit 1). A file written by a newer
+    volumetool is refused (exit 3).
+
+    \b
+    Example:
+      volumetool migrate ./vol --list
+      volumetool migrate /srv/agents/*/ --check     # a deploy gate
+      volumetool migrate ./vol
+    """
+    from volumetool.compaction.run import EXIT_PRECEDENCE
+    from volumetool.errors import VolumetoolError
+    from volumetool.migrate import MIGRATION_FIELDS, migration_rows
+    from volumetool.migrate import migrate as run
+    from volumetool.volume import Volume, check_file, resolve, volume_lock
+
+    codes = []
+    summary: dict[str, int] = {}
+    for argument in volumes or (None,):
+        try:
+            path = resolve(argument)
+            if list_:
+                with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
+                    if len(volumes) > 1:
+                        click.echo(f"{path}:")
+                    emit(migration_rows(vol.schema), MIGRATION_FIELDS, output, tablefmt, limit)
+                continue
+            check_file(path)
+            readonly = check_ or dry_run
+            lock = contextlib.nullcontext() if readonly else volume_lock(path, wait)
+            with (
+                lock,
+                Volume(path, readonly=readonly, busy_timeout=busy_timeout, gate=False) as vol,
+            ):
+                result = run(vol, make_backup=not no_backup, dry_run=readonly)
+        except VolumetoolError as exc:
+            exc.show()
+            codes.append(exc.exit_code)
+            summary["failed"] = summary.get("failed", 0) + 1
+            continue
+        if not result.pending:
+            click.echo(f"{path}: up to date")
+            outcome = "up to date"
+        elif check_:
+            click.echo(f"{path}: {len(result.pending)} pending: {', '.join(result.pending)}")
+            codes.append(1)
+            outcome = "pending"
+        elif dry_run:
+            first = "backup, then " if not no_backup else ""
+            click.echo(
+                f"{path}: would apply ({first}one transaction each): {', '.join(result.pending)}"
+            )
+            outcome = "pending"
+        else:
+            if result.backup:
+                click.echo(f"{path}: backup {result.backup}")
+            click.echo(f"{path}: applied {', '.join(result.applied)}")
+            outcome = "migrated"
+        summary[outcome] = summary.get(outcome, 0) + 1
+    if not list_ and len(volumes) > 1:
+        click.echo(
+            "volumetool: " + ", ".join(f"{n} {k}" for k, n in sorted(summary.items())), err=True
+        )
+    sys.exit(next((c for c in EXIT_PRECEDENCE if c in codes), 0))
+
+
+@click.command()
+@click.argument("volume", metavar="VOLUME")
+@click.argument("dest", metavar="DEST")
+@busy_timeout_option
+def backup(volume, dest, busy_timeout) -> None:
+    """A consistent copy of a live agent file, taken with SQLite's online backup API while the
+    agent keeps writing; DEST must not exist. The copy is integrity-checked, then linked into
+    place (mode 0600).
+
+    \b
+    Example:
+      volumetool backup ./vol /backups/support-bot-$(date -u +%F).db
+    """
+    from pathlib import Path
+
+    from volumetool.backup import backup as run
+    from volumetool.volume import Volume
+
+    with Volume(volume, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
+        path = run(vol, Path(dest))
+    click.echo(f"volumetool: backed up {vol.path} to {path}", err=True)
+
+
+@click.command()
+@click.argument("volume", required=False, metavar="[VOLUME]")
+@click.option("--json", "as_json", is_flag=True, help="Problems as one JSON array.")
+@busy_timeout_option
+def check(volume, as_json, busy_timeout) -> None:
+    """Check integrity and consistency: SQLite's integrity_check and foreign keys, more than
+    one active thread per key, messages folded by something other than a compaction run of
+    their thread, audit details that are not JSON objects. One line per problem, with the
+    table and row ids; exit 1 when anything is found.
+
+    \b
+    Example:
+      volumetool check ./vol --json
+    """
+    from volumetool.check import check_volume
+    from volumetool.volume import Volume
+
+    with Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol:
+        found = check_volume(vol)
+    if as_json:
+        click.echo(json.dumps([p.as_dict() for p in found], indent=2, ensure_ascii=False))
+    else:
+        for problem in found:
+            click.echo(f"{vol.path}: {problem.line()}")
+    if found:
+        click.echo(f"volumetool: {vol.path}: {len(found)} problem(s)", err=True)
+        sys.exit(1)
+    click.echo(f"volumetool: {vol.path}: ok", err=True)
