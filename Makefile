@@ -26,12 +26,12 @@ test: $(READY)
 	$(BIN)/python -m pytest
 
 lint: $(READY)
-	$(BIN)/ruff check volumetool tests
-	$(BIN)/ruff format --check volumetool tests
+	$(BIN)/ruff check volumetool tests bench
+	$(BIN)/ruff format --check volumetool tests bench
 
 format: $(READY)
-	$(BIN)/ruff check --fix volumetool tests
-	$(BIN)/ruff format volumetool tests
+	$(BIN)/ruff check --fix volumetool tests bench
+	$(BIN)/ruff format volumetool tests bench
 
 bench: $(READY)
 	$(BIN)/python bench/run.py $(if $(QUICK),--quick)

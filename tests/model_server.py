@@ -9,6 +9,7 @@ Anthropic messages, with faults switched on per request.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -35,6 +36,11 @@ FAULTS = (
 )
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # socketserver's default of 5 refuses bursts of connections
+    daemon_threads = True
+
+
 class ModelServer:
     def __init__(self, latency: float = 0.0) -> None:
         self.latency = latency
@@ -58,10 +64,16 @@ class ModelServer:
             def log_message(self, *args: object) -> None:
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                # Headers and body go out in two writes; without this, Nagle's algorithm and
+                # the client's delayed ACK stall every response by ~40 ms.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
             def do_POST(self) -> None:
                 server._handle(self)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

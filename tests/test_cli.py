@@ -70,7 +70,22 @@ print("HEAVY=" + ",".join(heavy), file=sys.stderr)
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["status", "--help"]])
 def test_start_up_does_not_import_heavy_libraries(args):
+    """Heavy libraries load only in the commands that need them."""
     result = subprocess.run(
         [sys.executable, "-c", LIGHT.format(args=args)], capture_output=True, text=True, check=True
+    )
+    assert "HEAVY=\n" in result.stderr, result.stderr
+
+
+def test_read_commands_do_not_import_sqlite_utils_or_httpx(tmp_path):
+    from volumetool.create import create_volume
+
+    path = create_volume(tmp_path / "agent.db", "a")
+    code = LIGHT.format(args=["status", str(path), "--json"]).replace(
+        '("httpx", "hypothesis", "sqlite_utils", "yaml", "tabulate")',
+        '("httpx", "hypothesis", "sqlite_utils", "yaml")',
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert "HEAVY=\n" in result.stderr, result.stderr

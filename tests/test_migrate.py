@@ -414,3 +414,29 @@ def test_migrate_waits_for_or_refuses_another_volumetool(tmp_path, run_cli):
     with volume_lock(path):
         assert_clean_error(run_cli("migrate", path), 4, "volume lock")
     assert run_cli("migrate", path, "--wait", "1").exit_code == 0
+
+
+def test_odd_legacy_elements_keep_everything(tmp_path, run_cli):
+    elements = [
+        {"role": "user", "content": "hi", "ts": 1764480000},
+        {"role": "assistant", "content": None, "tool_calls": CALL},
+        {
+            "role": "tool",
+            "content": [{"type": "text", "text": "parts"}],
+            "tool_call_id": 7,
+            "ts": "2025-02-01T10:00:00Z",
+        },
+        {"role": "assistant", "content": '\u00e9\\"\n\u0000 end', "ts": 1764480000.5},
+    ]
+    path = write_legacy(
+        tmp_path / "agent.db",
+        [{"id": 1, "key": "k", "transcript": elements, "created_at": "2025-01-05T00:00:00.000Z"}],
+    )
+    assert run_cli("migrate", path, "--no-backup").exit_code == 0
+    rows = [r[2:7] for r in table_dump(path)["messages"]]
+    assert rows[0] == ("user", "hi", None, None, "2025-11-30T05:20:00.000Z")
+    assert rows[1][:2] == ("assistant", "") and json.loads(rows[1][2]) == CALL
+    assert rows[1][4] == "2025-01-05T00:00:00.000Z"  # no ts: the thread's creation time
+    assert json.loads(rows[2][1]) == [{"type": "text", "text": "parts"}]
+    assert rows[2][3] == "7" and rows[2][4] == "2025-02-01T10:00:00Z"
+    assert rows[3][1] == '\u00e9\\"\n\u0000 end' and rows[3][4] == "2025-11-30T05:20:00.500Z"

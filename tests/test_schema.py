@@ -84,3 +84,10 @@ def test_init_refuses_to_overwrite(tmp_path, run_cli):
     assert result.exit_code == 2
     assert path.read_bytes() == b"precious"
     assert "already exists" in result.stderr
+
+
+def test_the_gate_reads_the_same_migration_names_as_the_set():
+    from volumetool.volume import known_migrations
+
+    every = [m.name for m in migrations.pending(sqlite_utils.Database(memory=True))]
+    assert known_migrations() == every

@@ -63,56 +63,102 @@ def m001_runtime_0x_tables(db) -> None:
         db.conn.execute(statement)
 
 
-def _element_timestamp(value: object, fallback: str) -> str:
-    if isinstance(value, str) and value:
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        moment = datetime.fromtimestamp(value, UTC)
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    return fallback
+def _json_text(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def transcript_messages(session_id: int, transcript: str, created_at: str) -> Iterator[tuple]:
-    """The `messages` rows of one 0.x transcript, in transcript order.
-
-    Role, content, tool_calls and tool_call_id are carried over as written. Content that is
-    not a string (null, or a list of content parts) is stored as its JSON text, so nothing is
-    dropped; a missing `ts` takes the thread's creation time.
-    """
-    try:
-        elements = json.loads(transcript)
-    except (TypeError, ValueError) as exc:
-        raise LegacyDataError(
-            f"sessions row {session_id}: transcript is not valid JSON ({exc})"
-        ) from None
-    if not isinstance(elements, list):
-        raise LegacyDataError(f"sessions row {session_id}: transcript is not a JSON array")
-    for index, element in enumerate(elements):
-        where = f"sessions row {session_id}, transcript element {index}"
-        if not isinstance(element, dict):
-            raise LegacyDataError(f"{where}: not a JSON object")
-        role = element.get("role")
-        if role not in ("system", "user", "assistant", "tool"):
-            raise LegacyDataError(f"{where}: unknown role {role!r}")
+def transcript_rows(session_id: int, transcript: str, created_at: str) -> Iterator[tuple]:
+    """The `messages` rows of one 0.x transcript, converted in Python exactly as the SQL of
+    m002 converts them. Used for transcripts holding an escaped NUL (\\u0000), which SQLite's
+    JSON functions would cut short."""
+    for element in json.loads(transcript):
         content = element.get("content")
         if not isinstance(content, str):
-            content = "" if content is None else json.dumps(content, ensure_ascii=False)
+            content = "" if content is None else _json_text(content)
         tool_calls = element.get("tool_calls")
-        if tool_calls is not None:
-            tool_calls = json.dumps(tool_calls, ensure_ascii=False)
-        tool_call_id = element.get("tool_call_id")
-        if tool_call_id is not None and not isinstance(tool_call_id, str):
-            tool_call_id = json.dumps(tool_call_id)
-        ts = _element_timestamp(element.get("ts"), created_at)
-        yield (session_id, role, content, tool_calls, tool_call_id, ts)
+        ts = element.get("ts")
+        if isinstance(ts, int | float) and not isinstance(ts, bool):
+            moment = datetime.fromtimestamp(ts, UTC)
+            ts = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+        elif not isinstance(ts, str):
+            ts = created_at
+        call_id = element.get("tool_call_id")
+        yield (
+            session_id,
+            element["role"],
+            content,
+            None if tool_calls is None else _json_text(tool_calls),
+            None
+            if call_id is None
+            else (call_id if isinstance(call_id, str) else _json_text(call_id)),
+            ts,
+        )
+
+
+def check_transcripts(conn) -> None:
+    """Name the first 0.x row whose transcript cannot be carried forward as it is."""
+    row = conn.execute(
+        "SELECT id, transcript FROM sessions WHERE NOT json_valid(transcript)"
+        " OR json_type(transcript) != 'array' ORDER BY id LIMIT 1"
+    ).fetchone()
+    if row:
+        try:
+            json.loads(row[1])
+        except (TypeError, ValueError) as exc:
+            raise LegacyDataError(
+                f"sessions row {row[0]}: transcript is not valid JSON ({exc})"
+            ) from None
+        raise LegacyDataError(f"sessions row {row[0]}: transcript is not a JSON array")
+    row = conn.execute(
+        "SELECT s.id, e.key, e.type, json_extract(e.value, '$.role')"
+        " FROM sessions s, json_each(s.transcript) e"
+        " WHERE e.type != 'object' OR json_type(e.value, '$.role') IS NOT 'text'"
+        " OR json_extract(e.value, '$.role') NOT IN ('system', 'user', 'assistant', 'tool')"
+        " ORDER BY s.id, e.id LIMIT 1"
+    ).fetchone()
+    if row:
+        where = f"sessions row {row[0]}, transcript element {row[1]}"
+        if row[2] != "object":
+            raise LegacyDataError(f"{where}: not a JSON object")
+        raise LegacyDataError(f"{where}: unknown role {row[3]!r}")
+
+
+# m002's move of the transcripts of threads `? < id < ?`, element by element, in order.
+MOVE_TRANSCRIPTS_SQL = """
+INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, created_at)
+SELECT s.id, json_extract(e.value, '$.role'),
+  CASE json_type(e.value, '$.content')
+    WHEN 'text' THEN json_extract(e.value, '$.content')
+    WHEN 'true' THEN 'true'
+    WHEN 'false' THEN 'false'
+    ELSE coalesce(json_extract(e.value, '$.content'), '')
+  END,
+  CASE
+    WHEN coalesce(json_type(e.value, '$.tool_calls'), 'null') = 'null' THEN NULL
+    WHEN json_type(e.value, '$.tool_calls') IN ('object', 'array')
+      THEN json_extract(e.value, '$.tool_calls')
+    ELSE json_quote(json_extract(e.value, '$.tool_calls'))
+  END,
+  json_extract(e.value, '$.tool_call_id'),
+  CASE
+    WHEN json_type(e.value, '$.ts') = 'text' THEN json_extract(e.value, '$.ts')
+    WHEN json_type(e.value, '$.ts') IN ('integer', 'real')
+      THEN strftime('%Y-%m-%dT%H:%M:%fZ', json_extract(e.value, '$.ts'), 'unixepoch')
+    ELSE s.created_at
+  END
+FROM sessions s, json_each(s.transcript) e
+WHERE s.id > ? AND s.id < ?
+ORDER BY s.id, e.id"""
 
 
 @migrations()
 def m002_messages_from_transcripts(db) -> None:
     """Move every 0.x transcript into `messages`, one row per element, threads in id order and
     each thread in transcript order. Preserves role, content, tool_calls and tool_call_id
-    exactly. `archived` becomes `status`; an archived 0.x thread has no archive time, so its
-    `updated_at` stands in for `archived_at`."""
+    exactly; content that is not a string (null, or a list of content parts) is kept as its
+    JSON text, so nothing is dropped, and a missing `ts` takes the thread's creation time (a
+    numeric one is read as Unix seconds). `archived` becomes `status`; an archived 0.x thread
+    has no archive time, so its `updated_at` stands in for `archived_at`."""
     conn = db.conn
     duplicate = conn.execute(
         "SELECT conversation_key, group_concat(id) FROM sessions WHERE archived = 0"
@@ -123,6 +169,7 @@ def m002_messages_from_transcripts(db) -> None:
             f"sessions rows {duplicate[1]}: more than one active thread for key "
             f"{duplicate[0]!r}; archive all but one (UPDATE sessions SET archived = 1 ...)"
         )
+    check_transcripts(conn)
     conn.execute(
         """CREATE TABLE messages (
   id INTEGER PRIMARY KEY,
@@ -135,17 +182,25 @@ def m002_messages_from_transcripts(db) -> None:
   folded_by INTEGER REFERENCES runs (id)
 )"""
     )
-
-    def rows() -> Iterator[tuple]:
-        cursor = conn.execute("SELECT id, transcript, created_at FROM sessions ORDER BY id")
-        for session_id, transcript, created_at in cursor:
-            yield from transcript_messages(session_id, transcript, created_at)
-
-    conn.executemany(
-        "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        rows(),
-    )
+    # Threads in id order: runs of plain transcripts in SQL, the rare one holding an escaped
+    # NUL in Python, so that message ids still follow thread order.
+    with_nul = [
+        row
+        for row in conn.execute(
+            "SELECT id, transcript, created_at FROM sessions"
+            " WHERE instr(transcript, '\\u0000') ORDER BY id"
+        )
+    ]
+    previous = -1
+    for session_id, transcript, created_at in [*with_nul, (1 << 62, None, None)]:
+        conn.execute(MOVE_TRANSCRIPTS_SQL, (previous, session_id))
+        if transcript is not None:
+            conn.executemany(
+                "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                transcript_rows(session_id, transcript, created_at),
+            )
+        previous = session_id
     _rebuild(
         db,
         "sessions",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import sqlite3
 import time
@@ -47,10 +48,30 @@ def resolve_new(argument: str | os.PathLike | None) -> Path:
     return path
 
 
+@functools.cache
 def known_migrations() -> list[str]:
-    from volumetool.migrations import migrations
+    """The names of the `agent-volume` migrations, in order, read from the declarations in
+    migrations.py rather than by importing it: every read command's gate needs them, and
+    importing sqlite-utils just for a list of names would double their start-up cost. A test
+    holds this equal to the set's own list."""
+    import ast
 
-    return [migration.name for migration in migrations._migrations]
+    tree = ast.parse(Path(__file__).with_name("migrations.py").read_text(encoding="utf-8"))
+    names = []
+    for node in tree.body:
+        for decorator in getattr(node, "decorator_list", []):
+            if (
+                isinstance(decorator, ast.Call)
+                and isinstance(decorator.func, ast.Name)
+                and decorator.func.id == "migrations"
+            ):
+                named = [
+                    k.value.value
+                    for k in decorator.keywords
+                    if k.arg == "name" and isinstance(k.value, ast.Constant)
+                ]
+                names.append(named[0] if named else node.name)
+    return names
 
 
 @dataclass(frozen=True)

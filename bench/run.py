@@ -1,0 +1,611 @@
+"""`make bench`: every performance claim of volumetool, measured beside a baseline in the same
+run on the same data, as whole commands a user would type (process start included).
+
+    python bench/run.py            # the full run; writes BENCHMARKS.md
+    python bench/run.py --quick    # small fixtures, under a minute, for before a commit
+
+Fixtures are built with `volumetool demo` (and the tests' legacy and model-server helpers) and
+cached in bench/.cache between runs. Each row reports the median and the spread (min-max) of
+several runs, peak memory (max RSS of the child, from wait4), and the ratio to its baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.legacy import legacy_from_current  # noqa: E402
+from tests.model_server import ModelServer  # noqa: E402
+
+CACHE = ROOT / "bench" / ".cache"
+BIN = Path(sys.executable).parent
+PY = sys.executable
+VT = str(BIN / "volumetool")
+SQLITE_UTILS = str(BIN / "sqlite-utils")
+
+
+@dataclass
+class Scale:
+    sessions: int  # the large demo volume
+    memories: int
+    configs: int
+    compact_sessions: int
+    latency: float
+    runs: int
+
+
+FULL = Scale(
+    sessions=20_000, memories=1_000_000, configs=10_000, compact_sessions=2_600, latency=0.2, runs=5
+)
+QUICK = Scale(
+    sessions=1_000, memories=50_000, configs=1_000, compact_sessions=300, latency=0.05, runs=3
+)
+
+
+@dataclass
+class Timing:
+    seconds: list[float]
+    peak_mb: float
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def spread(self) -> str:
+        return f"{min(self.seconds):.3f}-{max(self.seconds):.3f}"
+
+
+@dataclass
+class Row:
+    name: str
+    goal: str
+    ours: Timing
+    baseline_name: str
+    baseline: Timing | float
+    note: str = ""
+    met: bool | None = None
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def baseline_seconds(self) -> float:
+        return self.baseline if isinstance(self.baseline, float) else self.baseline.median
+
+    @property
+    def ratio(self) -> float:
+        return self.ours.median / self.baseline_seconds
+
+
+def measure(
+    command: Sequence[str],
+    runs: int,
+    setup: Callable[[], None] | None = None,
+    stdin: Path | None = None,
+    ok: tuple[int, ...] = (0,),
+) -> Timing:
+    """Wall time and peak RSS of a whole command, `runs` times."""
+    seconds, peak = [], 0.0
+    for _ in range(runs):
+        if setup:
+            setup()
+        with open(stdin, "rb") if stdin else open(os.devnull, "rb") as source:
+            started = time.perf_counter()
+            child = subprocess.Popen(
+                [str(c) for c in command],
+                stdin=source,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            _, status, usage = os.wait4(child.pid, 0)
+            elapsed = time.perf_counter() - started
+            error = child.stderr.read().decode(errors="replace") if child.stderr else ""
+            child.stderr and child.stderr.close()
+            child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode not in ok:
+            raise SystemExit(
+                f"bench: {' '.join(map(str, command))} exited {child.returncode}:\n{error[-2000:]}"
+            )
+        seconds.append(elapsed)
+        peak = max(peak, usage.ru_maxrss / 1024)
+    return Timing(seconds, peak)
+
+
+def report(row: Row) -> Row:
+    base = (
+        f"{row.baseline_seconds:.3f}s"
+        if isinstance(row.baseline, float)
+        else f"{row.baseline.median:.3f}s"
+    )
+    verdict = "" if row.met is None else ("  [goal met]" if row.met else "  [goal MISSED]")
+    print(
+        f"{row.name:<44} {row.ours.median:8.3f}s ({row.ours.spread()}) "
+        f"{row.ours.peak_mb:6.0f} MB | {row.baseline_name}: {base} | x{row.ratio:.2f}"
+        f"{verdict} {row.note}",
+        flush=True,
+    )
+    return row
+
+
+def cached(name: str, build: Callable[[Path], None]) -> Path:
+    path = CACHE / name
+    if not path.exists():
+        tmp = CACHE / f"{name}.building"
+        if tmp.exists():
+            shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+        print(f"bench: building fixture {name}…", file=sys.stderr, flush=True)
+        build(tmp)
+        tmp.rename(path)
+    return path
+
+
+def call(*command: object) -> str:
+    """Run a command to build a fixture; its stdout."""
+    return subprocess.run(
+        [str(c) for c in command], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def sqlite3_cli(db: Path, sql: str, *flags: str) -> list[str]:
+    return ["sqlite3", *flags, str(db), sql]
+
+
+# -- the rows ------------------------------------------------------------------------------
+
+
+def startup_rows(scale: Scale) -> list[Row]:
+    click_only = measure([PY, "-c", "import click"], scale.runs * 2)
+    bare = measure([PY, "-c", "pass"], scale.runs * 2)
+    rows = []
+    for args in (["--version"], ["--help"]):
+        ours = measure([VT, *args], scale.runs * 2)
+        row = Row(
+            f"start-up: volumetool {args[0]}",
+            "< 2x importing click",
+            ours,
+            "python -c 'import click'",
+            click_only,
+            note=f"(python -c pass: {bare.median:.3f}s)",
+        )
+        row.met = row.ratio < 2
+        rows.append(report(row))
+    return rows
+
+
+STATUS_SQL = """
+SELECT status, count(*) FROM sessions GROUP BY status;
+SELECT count(*) FROM messages;
+SELECT count(*) FROM messages WHERE folded_by IS NULL;
+SELECT trigger, count(*) FROM runs GROUP BY trigger ORDER BY trigger;
+SELECT count(*) FROM runs WHERE status = 'error';
+SELECT sum(input_tokens), sum(output_tokens),
+  sum(CASE WHEN trigger = 'compaction' THEN input_tokens END),
+  sum(CASE WHEN trigger = 'compaction' THEN output_tokens END) FROM runs;
+SELECT event, count(*) FROM audit GROUP BY event ORDER BY event;
+SELECT max(updated_at) FROM sessions;
+SELECT created_at FROM messages ORDER BY id DESC LIMIT 1;
+SELECT coalesce(finished_at, started_at) FROM runs ORDER BY id DESC LIMIT 1;
+SELECT ts FROM audit ORDER BY id DESC LIMIT 1;
+SELECT max(updated_at) FROM memories;
+SELECT count(*) FROM memories;
+SELECT value FROM identity WHERE key = 'name';
+"""
+SESSIONS_SQL = """SELECT s.id, s.conversation_key, s.channel, s.status,
+  (SELECT count(*) FROM messages m WHERE m.session_id = s.id AND m.folded_by IS NULL
+     AND m.role = 'user'),
+  (SELECT count(*) FROM messages m WHERE m.session_id = s.id AND m.folded_by IS NULL),
+  s.summary IS NOT NULL,
+  (SELECT r.last_input_tokens FROM runs r WHERE r.session_id = s.id
+     AND r.trigger != 'compaction' ORDER BY r.id DESC LIMIT 1),
+  (SELECT count(*) FROM runs r WHERE r.session_id = s.id AND r.trigger = 'compaction'
+     AND r.status = 'ok'),
+  s.created_at, s.updated_at
+FROM sessions s WHERE s.status = 'active' ORDER BY s.updated_at DESC, s.id DESC LIMIT 51"""
+RUNS_SQL = """SELECT r.*, s.conversation_key FROM runs r LEFT JOIN sessions s
+  ON s.id = r.session_id WHERE r.trigger = 'compaction' ORDER BY r.id DESC LIMIT 51"""
+AUDIT_SQL = """SELECT a.*, s.conversation_key FROM audit a LEFT JOIN sessions s
+  ON s.id = a.session_id WHERE a.event = 'memory' ORDER BY a.id DESC LIMIT 51"""
+
+
+def inspect_rows(scale: Scale, large: Path) -> list[Row]:
+    rows = []
+    cases = [
+        (
+            "status --json",
+            [VT, "status", large, "--json"],
+            STATUS_SQL,
+            "< 1 s and < 3x sqlite3",
+            lambda r: r.ours.median < 1 and r.ratio < 3,
+        ),
+        (
+            "sessions -n 50",
+            [VT, "sessions", large, "-n", "50"],
+            SESSIONS_SQL,
+            "< 0.3 s",
+            lambda r: r.ours.median < 0.3,
+        ),
+        (
+            "runs --trigger compaction -n 50",
+            [VT, "runs", large, "--trigger", "compaction", "-n", "50"],
+            RUNS_SQL,
+            "< 0.3 s",
+            lambda r: r.ours.median < 0.3,
+        ),
+        (
+            "audit --event memory -n 50",
+            [VT, "audit", large, "--event", "memory", "-n", "50"],
+            AUDIT_SQL,
+            "< 0.3 s",
+            lambda r: r.ours.median < 0.3,
+        ),
+    ]
+    for name, command, sql, goal, met in cases:
+        ours = measure(command, scale.runs)
+        base = measure(sqlite3_cli(large, sql), scale.runs)
+        row = Row(f"{name} ({scale.sessions:,} threads)", goal, ours, "sqlite3, same queries", base)
+        row.met = met(row)
+        rows.append(report(row))
+    return rows
+
+
+def demo_row(scale: Scale, large: Path) -> Row:
+    sessions = max(scale.sessions // 10, 200)
+    target = CACHE / "demo-build.db"
+
+    def clean() -> None:
+        for p in CACHE.glob("demo-build.db*"):
+            p.unlink()
+
+    ours = measure(
+        [VT, "demo", target, "--sessions", sessions], max(scale.runs // 2, 1), setup=clean
+    )
+    messages = sqlite3.connect(target).execute("SELECT count(*) FROM messages").fetchone()[0]
+    copy = CACHE / "demo-vacuum.db"
+
+    def clean_copy() -> None:
+        copy.unlink(missing_ok=True)
+
+    base = measure(
+        sqlite3_cli(target, f"VACUUM INTO '{copy}'"), max(scale.runs // 2, 1), setup=clean_copy
+    )
+    clean()
+    clean_copy()
+    return report(
+        Row(
+            f"demo --sessions {sessions:,} ({messages:,} messages)",
+            "reported",
+            ours,
+            "sqlite3 VACUUM INTO of the result",
+            base,
+            note=f"{messages / ours.median:,.0f} messages/s",
+        )
+    )
+
+
+def validate_row(scale: Scale) -> Row:
+    def build(directory: Path) -> None:
+        directory.mkdir(parents=True)
+        for n in range(scale.configs):
+            (directory / f"agent{n:05d}.yaml").write_text(
+                f"# agent {n}\nname: agent-{n}\npurpose: >\n  Answers questions for team "
+                f"{n % 50} and files issues.\nmodel:\n  name: gpt-4.1\n  small: gpt-4.1-mini\n"
+                "  api: openai\n  api_key_env: OPENAI_API_KEY\nmemory:\n  scope: thread\n"
+                f"  persistent: {'true' if n % 2 else 'false'}\n"
+                f"  compact_at_tokens: {(50_000, 80_000, 'false')[n % 3]}\n"
+                "tools:\n  - read_file\n  - web_search\n"
+                f'channels:\n  discord: {{guild: "{n * 7919}"}}\n'
+            )
+
+    directory = cached(f"configs-{scale.configs}", build)
+    loader = (
+        "import os, sys, yaml\nfor root, _, files in os.walk(sys.argv[1]):\n"
+        "    for name in sorted(files):\n"
+        "        with open(os.path.join(root, name), 'rb') as f:\n"
+        "            yaml.load(f.read().decode(), Loader=yaml.CSafeLoader)\n"
+    )
+    ours = measure([VT, "validate", directory], scale.runs)
+    base = measure([PY, "-c", loader, directory], scale.runs)
+    row = Row(
+        f"validate {scale.configs:,} configs, one call",
+        "< 2x yaml.load (C loader)",
+        ours,
+        "python: yaml.load each file",
+        base,
+        note=f"{scale.configs / ours.median:,.0f} files/s",
+    )
+    row.met = row.ratio < 2
+    return report(row)
+
+
+def memories_rows(scale: Scale) -> list[Row]:
+    n = scale.memories
+    topics = ("timezone", "deploy_region", "oncall_channel", "seat_preference", "standup_time")
+    values = (
+        "Europe/Berlin",
+        "always deploy to us-east — eu-central-1 for EU data",
+        "the on-call rotation is in #incidents",
+        "prefers window seats ✈",
+        "waiting on PR #204 to merge before continuing the migration\nthen ping Priya",
+    )
+
+    def build_jsonl(path: Path) -> None:
+        import json
+
+        with open(path, "w", encoding="utf-8") as out:
+            for i in range(n):
+                out.write(
+                    json.dumps(
+                        {
+                            "key": f"user-{i:07d}.{topics[i % 5]}",
+                            "value": values[(i * 7) % 5],
+                            "created_at": "2026-11-01T08:00:00.000Z",
+                            "updated_at": "2026-11-29T17:30:00.000Z",
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
+
+    source = cached(f"memories-{n}.jsonl", build_jsonl)
+
+    def build_volume(path: Path) -> None:
+        call(VT, "init", path)
+        call(VT, "memories", "import", path, source)
+
+    volume = cached(f"memories-{n}.db", build_volume)
+    rows = []
+    out = CACHE / "export.jsonl"
+    ours = measure([VT, "memories", "export", volume, "-o", out], scale.runs)
+    sql = "select key, value, created_at, updated_at from memories order by key"
+    cli = measure(sqlite3_cli(volume, sql, "-json"), scale.runs)
+    su = measure([SQLITE_UTILS, "rows", volume, "memories", "--nl"], scale.runs)
+    row = Row(
+        f"memories export ({n:,})",
+        "< 2.5x sqlite3 -json, < 150 MB",
+        ours,
+        "sqlite3 -json",
+        cli,
+        note=f"sqlite-utils rows --nl: {su.median:.3f}s "
+        f"({su.peak_mb:.0f} MB), x{ours.median / su.median:.2f}",
+    )
+    row.met = row.ratio < 2.5 and ours.peak_mb < 150
+    rows.append(report(row))
+
+    target = CACHE / "import-target.db"
+
+    def fresh_volume() -> None:
+        for p in CACHE.glob("import-target.db*"):
+            p.unlink()
+        call(VT, "init", target)
+
+    def empty_file() -> None:
+        for p in CACHE.glob("import-target.db*"):
+            p.unlink()
+
+    ours = measure([VT, "memories", "import", target, out], scale.runs, setup=fresh_volume)
+    base = measure(
+        [SQLITE_UTILS, "insert", target, "memories", out, "--nl", "--pk", "key"],
+        scale.runs,
+        setup=empty_file,
+    )
+    row = Row(
+        f"memories import ({n:,}, with audit events)",
+        "faster than sqlite-utils insert, < 150 MB",
+        ours,
+        "sqlite-utils insert --nl (no audit)",
+        base,
+        note=f"sqlite-utils peak {base.peak_mb:.0f} MB",
+    )
+    row.met = row.ratio < 1 and ours.peak_mb < 150
+    rows.append(report(row))
+    empty_file()
+    out.unlink(missing_ok=True)
+    return rows
+
+
+def migrate_row(scale: Scale, large: Path) -> Row:
+    legacy = cached(f"legacy-{scale.sessions}.db", lambda p: legacy_from_current(large, p))
+    messages = sqlite3.connect(large).execute("SELECT count(*) FROM messages").fetchone()[0]
+    work = CACHE / "legacy-work.db"
+    copy = CACHE / "legacy-vacuum.db"
+
+    def fresh_copy() -> None:
+        for p in CACHE.glob("legacy-work.db*"):
+            p.unlink()
+        shutil.copyfile(legacy, work)
+
+    def no_copy() -> None:
+        copy.unlink(missing_ok=True)
+
+    runs = max(scale.runs // 2, 1)
+    ours = measure([VT, "migrate", work, "--no-backup"], runs, setup=fresh_copy)
+    base = measure(sqlite3_cli(legacy, f"VACUUM INTO '{copy}'"), runs, setup=no_copy)
+    size = legacy.stat().st_size / 1e6
+    for p in (*CACHE.glob("legacy-work.db*"), copy):
+        p.unlink(missing_ok=True)
+    return report(
+        Row(
+            f"migrate a 0.x file ({messages:,} messages, {size:,.0f} MB)",
+            "reported",
+            ours,
+            "sqlite3 VACUUM INTO, same file",
+            base,
+            note=f"{size / ours.median:,.1f} MB/s",
+        )
+    )
+
+
+def compaction_rows(scale: Scale) -> list[Row]:
+    fixture = cached(
+        f"compact-{scale.compact_sessions}.db",
+        lambda p: call(VT, "demo", p, "--sessions", scale.compact_sessions, "--seed", "7"),
+    )
+    work = CACHE / "compact-work.db"
+    rows = []
+    with ModelServer(latency=scale.latency) as server:
+        config = CACHE / "compact-agent.yaml"
+        config.write_text(
+            "model:\n  name: gpt-4.1\n  small: gpt-4.1-mini\n  api: openai\n"
+            f"  base_url: {server.url}\n  api_key_env: BENCH_KEY\nmemory:\n  scope: thread\n"
+            "  compact_at_tokens: 50000\n"
+        )
+        server.summary = "Summary."
+        due = call(VT, "compact", fixture, "--config", config, "--dry-run", "--json").count(
+            '"would_compact"'
+        )
+
+        def fresh_copy() -> None:
+            for p in CACHE.glob("compact-work.db*"):
+                p.unlink()
+            shutil.copyfile(fixture, work)
+
+        os.environ["BENCH_KEY"] = "sk-bench-not-a-real-key"
+        for concurrency in (1, 4, 16):
+            runs = 1 if concurrency == 1 else scale.runs
+            server.requests.clear()
+            ours = measure(
+                [VT, "compact", work, "--config", config, "--concurrency", concurrency],
+                runs,
+                setup=fresh_copy,
+            )
+            assert len(server.requests) == due * runs, (len(server.requests), due, runs)
+            ideal = math.ceil(due / concurrency) * scale.latency
+            row = Row(
+                f"compact {due} due threads, concurrency {concurrency}",
+                "< 1.2x ideal at 16" if concurrency == 16 else "reported",
+                ours,
+                f"ideal ceil(N/c) x {scale.latency:g}s",
+                float(ideal),
+            )
+            if concurrency == 16:
+                row.met = row.ratio <= 1.2
+            rows.append(report(row))
+    for p in CACHE.glob("compact-work.db*"):
+        p.unlink()
+    return rows
+
+
+# -- the report ----------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    sqlite_cli = subprocess.run(
+        ["sqlite3", "--version"], capture_output=True, text=True
+    ).stdout.split()[0]
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB RAM; {platform.system()} "
+        f"{platform.release()}; Python {platform.python_version()}; SQLite "
+        f"{sqlite3.sqlite_version} (module), {sqlite_cli} (CLI)"
+    )
+
+
+def write_markdown(rows: list[Row], scale: Scale, path: Path, took: float) -> None:
+    lines = [
+        "# Benchmarks",
+        "",
+        f"From `make bench` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC ({took / 60:.1f} min).",
+        f"Machine: {machine()}.",
+        "",
+        "Whole commands as a user runs them, process start included; median of several runs "
+        "with the spread (min-max), peak memory as the child's max RSS. Every figure stands "
+        "beside a baseline measured in the same run on the same data: absolute times alone "
+        "mean little on a shared machine. Regenerate with `make bench` (fixtures are cached "
+        "in `bench/.cache`); `make bench QUICK=1` is the one-minute version.",
+        "",
+        f"Fixtures: a demo volume of {scale.sessions:,} threads (about 1.1 M messages, 0.5 M "
+        f"runs, 0.55 M audit events, 85 k memories), {scale.memories:,} memories, "
+        f"{scale.configs:,} small agent configs, the 0.x file holding the large volume's "
+        "threads, and a demo volume whose due threads are compacted against the tests' model "
+        f"server with {scale.latency:g} s latency a request.",
+        "",
+        "| benchmark | volumetool | peak | baseline | baseline time | ratio | goal | met |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        met = "" if r.met is None else ("yes" if r.met else "**no**")
+        note = f" — {r.note}" if r.note else ""
+        lines.append(
+            f"| {r.name}{note} | {r.ours.median:.3f} s ({r.ours.spread()}) | "
+            f"{r.ours.peak_mb:.0f} MB | {r.baseline_name} | {r.baseline_seconds:.3f} s | "
+            f"{r.ratio:.2f}x | {r.goal} | {met} |"
+        )
+    path.write_text("\n".join(lines) + "\n" + NOTES)
+
+
+NOTES = """
+## Notes
+
+- Start-up is held against `python -c 'import click'` because click is the floor of any
+  click CLI; volumetool imports its library, sqlite-utils, tabulate, httpx and PyYAML only in
+  the commands that use them (a test checks `--version` and `--help` import none of them).
+- The listings read through indexes (`runs_by_trigger`, `audit_by_event`,
+  `sessions_by_status_updated`, `messages_by_session`) and stop at their limit, so their cost
+  does not grow with the volume; `status` has to count every message and run, as the sqlite3
+  baseline does.
+- Compaction is latency-bound: its baseline is the time the model calls alone would take at
+  that concurrency, ceil(N / c) x latency. The gap is process start, planning, and the
+  serialized one-transaction-per-thread writes.
+- The import baseline, `sqlite-utils insert --nl --pk key`, writes rows only; volumetool's
+  import also validates every record first and writes one `remember` audit event per key.
+- `migrate` moves each transcript element of the 0.x file into its own `messages` row and
+  rebuilds four tables; `VACUUM INTO` of the same file is the cost of merely rewriting it.
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small fixtures, under a minute")
+    parser.add_argument("--only", help="run only rows whose group contains this word")
+    args = parser.parse_args()
+    scale = QUICK if args.quick else FULL
+    CACHE.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    large = cached(
+        f"demo-{scale.sessions}.db",
+        lambda p: call(VT, "demo", p, "--sessions", scale.sessions, "--seed", "1"),
+    )
+    print(f"machine: {machine()}\n", flush=True)
+    groups: list[tuple[str, Callable[[], list[Row]]]] = [
+        ("startup", lambda: startup_rows(scale)),
+        ("inspect", lambda: inspect_rows(scale, large)),
+        ("demo", lambda: [demo_row(scale, large)]),
+        ("validate", lambda: [validate_row(scale)]),
+        ("memories", lambda: memories_rows(scale)),
+        ("migrate", lambda: [migrate_row(scale, large)]),
+        ("compact", lambda: compaction_rows(scale)),
+    ]
+    rows: list[Row] = []
+    for name, group in groups:
+        if args.only and args.only not in name:
+            continue
+        rows.extend(group())
+    took = time.monotonic() - started
+    missed = [r.name for r in rows if r.met is False]
+    print(f"\n{len(rows)} rows in {took:.0f}s; goals missed: {', '.join(missed) or 'none'}")
+    if not args.quick and not args.only:
+        write_markdown(rows, scale, ROOT / "BENCHMARKS.md", took)
+        print("wrote BENCHMARKS.md")
+
+
+if __name__ == "__main__":
+    main()
