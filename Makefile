@@ -33,6 +33,9 @@ format: $(READY)
 	$(BIN)/ruff check --fix volumetool tests bench
 	$(BIN)/ruff format volumetool tests bench
 
+faults: $(READY)
+	$(BIN)/python -m tests.faults.kills --trials $(or $(TRIALS),200)
+
 bench: $(READY)
 	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -39,6 +40,10 @@ FAULTS = (
 class _Server(ThreadingHTTPServer):
     request_queue_size = 128  # socketserver's default of 5 refuses bursts of connections
     daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # a killed client is no news
 
 
 class ModelServer:

@@ -8,7 +8,9 @@ overwritten (the link fails instead).
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import socket
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
@@ -46,6 +48,28 @@ def publish(tmp: Path, path: Path) -> None:
     fsync_directory(path.parent)
 
 
+def _stage_prefix(path: Path, pid: int | None = None) -> str:
+    host = socket.gethostname().replace("-", "_").replace("/", "_")
+    return f".{path.name}.tmp-{host}-{pid or os.getpid()}-"
+
+
+def remove_stale_stages(path: Path) -> None:
+    """Delete temporary files a killed volumetool left next to `path`. Only files of this
+    host whose process is gone are touched, so a live writer's stage is never removed."""
+    head = _stage_prefix(path, 1)[: -len("1-")]
+    for leftover in path.parent.glob(f"{glob.escape(head)}*"):
+        pid = leftover.name[len(head) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+        except PermissionError:
+            pass  # alive, someone else's
+
+
 @contextlib.contextmanager
 def staged_file(path: Path, mode: int = 0o600, replace: bool = False) -> Iterator[Path]:
     """A temporary sibling of `path` (mode 0600) that becomes `path` when the block succeeds:
@@ -55,7 +79,8 @@ def staged_file(path: Path, mode: int = 0o600, replace: bool = False) -> Iterato
         refuse_existing(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        remove_stale_stages(path)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=_stage_prefix(path))
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot create the file ({exc.strerror})") from None
     os.close(fd)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -62,10 +62,14 @@ def get_memory(conn: sqlite3.Connection, key: str) -> str:
 KEY_MAX_CHARS = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+# Every rule below in one pass, for the common case of a good key.
+_SUSPECT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]|^\s|\s$")
 
 
 def key_problem(key: object) -> str | None:
     """Why `key` cannot name a memory, or None."""
+    if isinstance(key, str) and key and len(key) <= KEY_MAX_CHARS and not _SUSPECT.search(key):
+        return None
     if not isinstance(key, str):
         return f"the key is not a string (got {_json_type(key)})"
     if not key:
@@ -183,19 +187,26 @@ _FIELDS = {"key", "value", "created_at", "updated_at"}
 @dataclass
 class ImportPlan:
     counts: dict[str, int]
-    keys: list[tuple[str, str]]  # (action, key) for every key not unchanged, in key order
-    conflicts: list[str]
+    conflicts: list[str]  # the first keys that exist with a different value
+    conflict_count: int = 0
 
     def summary(self) -> str:
         return ", ".join(f"{self.counts[a]:,} {a}" for a in ACTIONS)
 
 
 class _Records:
-    """Validated records of an import file, streamed; the position of the last one read."""
+    """Validated records of an import file, streamed; `number` is the line (JSON Lines) or
+    record (JSON document) of the last one read."""
 
     def __init__(self, source: BinaryIO) -> None:
         self.source = source
-        self.where = "line 1"
+        self.kind = "line"
+        self.number = 1
+        self.escapes = True  # could the text hold \\u escapes (so lone surrogates)?
+
+    @property
+    def where(self) -> str:
+        return "the document" if self.number == 0 else f"{self.kind} {self.number}"
 
     def fail(self, problem: str) -> UnusableInput:
         return UnusableInput(f"{self.where}: {problem}", "nothing was imported")
@@ -203,10 +214,10 @@ class _Records:
     def record(self, item: object) -> tuple[str, str, str | None, str | None]:
         if not isinstance(item, dict):
             raise self.fail(f"expected a JSON object, got {_json_type(item)}")
-        unknown = set(item) - _FIELDS
-        if unknown:
+        if not item.keys() <= _FIELDS:
+            unknown = sorted(item.keys() - _FIELDS)[0]
             raise self.fail(
-                f"unknown field {sorted(unknown)[0]!r} (fields: key, value, created_at, updated_at)"
+                f"unknown field {unknown!r} (fields: key, value, created_at, updated_at)"
             )
         if "key" not in item or "value" not in item:
             raise self.fail("a memory needs both key and value")
@@ -216,25 +227,24 @@ class _Records:
             raise self.fail(f"invalid key: {problem}")
         if not isinstance(value, str):
             raise self.fail(f"the value of {key!r} is {_json_type(value)}, not a string")
-        if _SURROGATE.search(value):
+        if self.escapes and _SURROGATE.search(value):
             raise self.fail(
                 f"the value of {key!r} holds a lone surrogate, which is not valid Unicode"
             )
-        stamps = []
-        for field in ("created_at", "updated_at"):
-            stamp = item.get(field)
+        created, updated = item.get("created_at"), item.get("updated_at")
+        for field, stamp in (("created_at", created), ("updated_at", updated)):
             if stamp is not None and not isinstance(stamp, str):
                 raise self.fail(f"{field} of {key!r} is {_json_type(stamp)}, not a string")
-            stamps.append(stamp)
-        return key, value, stamps[0], stamps[1]
+        return key, value, created, updated
 
     def __iter__(self) -> Iterator[tuple]:
         first = self.source.readline()
         while first and not first.strip():
+            self.number += 1
             first = self.source.readline()
         if not first:
             return
-        head = self._decode(first, 1)
+        head = self._decode(first)
         try:
             item = json.loads(head)
         except ValueError:
@@ -242,21 +252,21 @@ class _Records:
         if isinstance(item, dict) and "format" not in item and "memories" not in item:
             yield from self._lines(head)
         else:
+            self.number = 1
             yield from self._document(first + self.source.read())
 
-    def _decode(self, data: bytes, line: int) -> str:
+    def _decode(self, data: bytes) -> str:
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            extra = data[: exc.start].count(b"\n")
-            self.where = f"line {line + extra}"
+            self.number += data[: exc.start].count(b"\n")
             raise self.fail(f"invalid UTF-8 (byte 0x{data[exc.start]:02x})") from None
 
-    def _lines(self, first: str) -> Iterator[tuple]:
-        number, text = 1, first
+    def _lines(self, text: str) -> Iterator[tuple]:
         while True:
-            self.where = f"line {number}"
             if text.strip():
+                # Decoded UTF-8 holds no surrogates: only a \\u escape can bring one in.
+                self.escapes = "\\u" in text
                 try:
                     item = json.loads(text)
                 except ValueError as exc:
@@ -265,17 +275,18 @@ class _Records:
             raw = self.source.readline()
             if not raw:
                 return
-            number += 1
-            text = self._decode(raw, number)
+            self.number += 1
+            text = self._decode(raw)
 
     def _document(self, data: bytes) -> Iterator[tuple]:
-        text = self._decode(data, 1)
+        text = self._decode(data)
+        self.escapes = "\\u" in text
         try:
             document = json.loads(text)
         except ValueError as exc:
-            self.where = f"line {exc.lineno}"
+            self.number = exc.lineno
             raise self.fail(f"not valid JSON ({exc.msg})") from None
-        self.where = "the document"
+        self.number = 0
         if not (
             isinstance(document, dict)
             and document.get("format") == EXPORT_FORMAT
@@ -287,8 +298,8 @@ class _Records:
             )
         if document.get("version") != EXPORT_VERSION:
             raise self.fail(f"unsupported export version {document.get('version')!r}")
-        for number, item in enumerate(document["memories"], 1):
-            self.where = f"record {number}"
+        self.kind = "record"
+        for self.number, item in enumerate(document["memories"], 1):
             yield self.record(item)
 
 
@@ -300,14 +311,14 @@ def stage_import(conn: sqlite3.Connection, source: BinaryIO) -> int:
     conn.execute("DROP TABLE IF EXISTS temp.import_memories")
     conn.execute(
         "CREATE TEMP TABLE import_memories (key TEXT PRIMARY KEY, value TEXT NOT NULL,"
-        " created_at TEXT, updated_at TEXT, position TEXT NOT NULL)"
+        " created_at TEXT, updated_at TEXT, position INTEGER NOT NULL)"
     )
     last: list[str] = [""]
 
     def rows() -> Iterator[tuple]:
         for key, value, created, updated in records:
             last[0] = key
-            yield key, value, created, updated, records.where
+            yield key, value, created, updated, records.number
 
     conn.execute("BEGIN")
     try:
@@ -317,7 +328,9 @@ def stage_import(conn: sqlite3.Connection, source: BinaryIO) -> int:
             "SELECT position FROM temp.import_memories WHERE key = ?", (last[0],)
         ).fetchone()
         conn.execute("ROLLBACK")
-        raise records.fail(f"key {last[0]!r} appears twice (first at {first[0]})") from None
+        raise records.fail(
+            f"key {last[0]!r} appears twice (first at {records.kind} {first[0]})"
+        ) from None
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -337,31 +350,38 @@ ORDER BY 1
 """
 
 
-def plan_import(conn: sqlite3.Connection, on_conflict: str, prune: bool) -> ImportPlan:
-    """Classify every key of the staged import against the volume's memories."""
-    counts = dict.fromkeys(ACTIONS, 0)
-    keys: list[tuple[str, str]] = []
-    conflicts: list[str] = []
+def plan_import(
+    conn: sqlite3.Connection,
+    on_conflict: str,
+    prune: bool,
+    on_key: Callable[[str, str], None] | None = None,
+) -> ImportPlan:
+    """Classify every key of the staged import against the volume's memories, streaming:
+    `on_key(action, key)` hears of each key that is not unchanged, in key order."""
+    plan = ImportPlan(dict.fromkeys(ACTIONS, 0), [])
     for key, action in conn.execute(_CLASSIFY, (prune,)):
         if action == "changed":
-            conflicts.append(key)
+            plan.conflict_count += 1
+            if len(plan.conflicts) < 10:
+                plan.conflicts.append(key)
             if on_conflict == "skip":
                 action = "skipped"
-        counts[action] += 1
-        if action != "unchanged":
-            keys.append((action, key))
-    return ImportPlan(counts, keys, conflicts)
+        plan.counts[action] += 1
+        if on_key is not None and action != "unchanged":
+            on_key(action, key)
+    return plan
 
 
 def apply_import(conn: sqlite3.Connection, on_conflict: str, prune: bool) -> ImportPlan:
     """Write the staged import: call inside the write transaction. Every key written gets a
     remember event and every key removed a forget event; unchanged keys get neither."""
     plan = plan_import(conn, on_conflict, prune)
-    if on_conflict == "fail" and plan.conflicts:
-        shown = ", ".join(repr(k) for k in plan.conflicts[:10])
-        more = f" and {len(plan.conflicts) - 10} more" if len(plan.conflicts) > 10 else ""
+    if on_conflict == "fail" and plan.conflict_count:
+        shown = ", ".join(repr(k) for k in plan.conflicts)
+        more = plan.conflict_count - len(plan.conflicts)
         raise ProblemsFound(
-            f"{len(plan.conflicts)} key(s) exist with a different value: {shown}{more};"
+            f"{plan.conflict_count} key(s) exist with a different value: {shown}"
+            f"{f' and {more} more' if more else ''};"
             " nothing was imported",
             "--on-conflict skip keeps them, --on-conflict overwrite replaces them",
         )

@@ -97,6 +97,12 @@ class SchemaState:
 def check_file(path: Path) -> None:
     """Refuse, with one clear line, anything that cannot be an SQLite agent file."""
     if not path.exists():
+        if Path(f"{path}-wal").exists():
+            raise UnusableInput(
+                f"{path}: missing, but its WAL ({path.name}-wal) is there and may hold "
+                "committed data",
+                "restore the database file next to it; keep the WAL",
+            )
         where = f"no {DB_NAME} in {path.parent}" if path.name == DB_NAME else "no such file"
         raise UnusableInput(f"{path}: {where}", "create one with `volumetool init`")
     if not path.is_file():
@@ -151,9 +157,13 @@ def require_current(state: SchemaState, path: Path) -> None:
         raise SchemaMismatch(f"{path}: {what}", f"run: volumetool migrate {path}")
 
 
-def _connect(path: Path, readonly: bool, busy_timeout: float) -> sqlite3.Connection:
+def _connect(
+    path: Path, readonly: bool, busy_timeout: float, immutable: bool = False
+) -> sqlite3.Connection:
     if readonly:
         target, uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro", True
+        if immutable:
+            target += "&immutable=1"
     else:
         target, uri = str(path), False
     conn = sqlite3.connect(
@@ -162,6 +172,14 @@ def _connect(path: Path, readonly: bool, busy_timeout: float) -> sqlite3.Connect
     if not readonly:
         conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+def _nobody_can_write(path: Path) -> bool:
+    """A WAL-mode file in a directory that cannot be written has no -wal and can get none, so
+    no writer can exist: SQLite cannot open it read-only (it wants to create -shm), but reading
+    it as immutable is then exact."""
+    wal = Path(f"{path}-wal")
+    return not os.access(path.parent, os.W_OK) and (not wal.exists() or wal.stat().st_size == 0)
 
 
 class Volume:
@@ -184,7 +202,14 @@ class Volume:
         with self.translating():
             self.conn = _connect(self.path, readonly, busy_timeout)
             try:
-                self.schema = read_schema_state(self.conn, self.path)
+                try:
+                    self.schema = read_schema_state(self.conn, self.path)
+                except sqlite3.OperationalError:
+                    if not (readonly and _nobody_can_write(self.path)):
+                        raise
+                    self.conn.close()
+                    self.conn = _connect(self.path, readonly, busy_timeout, immutable=True)
+                    self.schema = read_schema_state(self.conn, self.path)
                 if gate:
                     require_current(self.schema, self.path)
             except BaseException:

@@ -201,9 +201,9 @@ def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
             )
         if dry_run:
             with vol.snapshot() as conn:
-                plan = plan_import(conn, on_conflict, prune)
-            for action, key in plan.keys:
-                click.echo(f"{action}\t{key}")
+                plan = plan_import(
+                    conn, on_conflict, prune, lambda action, key: click.echo(f"{action}\t{key}")
+                )
         else:
             with vol.write() as conn:
                 plan = apply_import(conn, on_conflict, prune)

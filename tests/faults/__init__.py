@@ -1,0 +1,1 @@
+"""Fault injection: kills, concurrent agents, hostile files."""
