@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from volumetool.volume import Volume
 
-PROBLEM_FIELDS = ("check", "table", "ids", "message")
 MAX_IDS = 20  # ids named in one line; the count is always exact
 
 

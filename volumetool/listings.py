@@ -235,8 +235,29 @@ def transcript(
         yield record
 
 
-def _sessions_of_key(where: Filters, column: str, key: str) -> Filters:
-    return where.add(f"{column} IN (SELECT id FROM sessions WHERE conversation_key = ?)", key)
+# Runs and audit events belong to a thread through session_id; t is the listed table.
+OF_THREAD_KEY = "t.session_id IN (SELECT id FROM sessions WHERE conversation_key = ?)"
+
+
+def _newest_first(
+    conn: sqlite3.Connection,
+    table: str,
+    fields: tuple[str, ...],
+    where: Filters,
+    limit: int | None,
+) -> Iterator[dict]:
+    """Rows of `table` (as t) with their thread's conversation key, newest (highest id) first,
+    read backwards through an index and stopped at the limit."""
+    columns = ", ".join(
+        "s.conversation_key" if field == "conversation_key" else f"t.{field}" for field in fields
+    )
+    cursor = conn.execute(
+        f"SELECT {columns} FROM {table} t LEFT JOIN sessions s ON s.id = t.session_id"
+        f" {where.sql()} ORDER BY t.id DESC LIMIT ?",
+        (*where.params, _limit(limit)),
+    )
+    for row in cursor:
+        yield dict(zip(fields, row, strict=True))
 
 
 def runs(
@@ -251,24 +272,14 @@ def runs(
     """Runs, newest first, with their thread's conversation key."""
     where = Filters()
     if key is not None:
-        where = _sessions_of_key(where, "r.session_id", key)
+        where = where.add(OF_THREAD_KEY, key)
     if trigger:
-        where = where.add("r.trigger = ?", trigger)
+        where = where.add("t.trigger = ?", trigger)
     if status:
-        where = where.add("r.status = ?", status)
+        where = where.add("t.status = ?", status)
     if since:
-        where = where.add("r.started_at >= ?", since)
-    columns = ", ".join(
-        "s.conversation_key" if field == "conversation_key" else f"r.{field}"
-        for field in RUN_FIELDS
-    )
-    cursor = conn.execute(
-        f"SELECT {columns} FROM runs r LEFT JOIN sessions s ON s.id = r.session_id"
-        f" {where.sql()} ORDER BY r.id DESC LIMIT ?",
-        (*where.params, _limit(limit)),
-    )
-    for row in cursor:
-        yield dict(zip(RUN_FIELDS, row, strict=True))
+        where = where.add("t.started_at >= ?", since)
+    return _newest_first(conn, "runs", RUN_FIELDS, where, limit)
 
 
 def audit(
@@ -283,30 +294,15 @@ def audit(
     """Audit events, newest first. `key` matches the thread's conversation key or the memory
     key an event names; `action` matches the detail's action."""
     where = Filters()
-    detail_field = "(CASE WHEN json_valid(a.detail) THEN json_extract(a.detail, '$.{}') END)"
+    detail_field = "(CASE WHEN json_valid(t.detail) THEN json_extract(t.detail, '$.{}') END)"
     if event:
-        where = where.add("a.event = ?", event)
+        where = where.add("t.event = ?", event)
     if action:
         where = where.add(f"{detail_field.format('action')} = ?", action)
     if key is not None:
-        where = where.add(
-            "(a.session_id IN (SELECT id FROM sessions WHERE conversation_key = ?)"
-            f" OR {detail_field.format('key')} = ?)",
-            key,
-            key,
-        )
+        where = where.add(f"({OF_THREAD_KEY} OR {detail_field.format('key')} = ?)", key, key)
     if since:
-        where = where.add("a.ts >= ?", since)
-    columns = ", ".join(
-        "s.conversation_key" if field == "conversation_key" else f"a.{field}"
-        for field in AUDIT_FIELDS
-    )
-    cursor = conn.execute(
-        f"SELECT {columns} FROM audit a LEFT JOIN sessions s ON s.id = a.session_id"
-        f" {where.sql()} ORDER BY a.id DESC LIMIT ?",
-        (*where.params, _limit(limit)),
-    )
-    for row in cursor:
-        record = dict(zip(AUDIT_FIELDS, row, strict=True))
+        where = where.add("t.ts >= ?", since)
+    for record in _newest_first(conn, "audit", AUDIT_FIELDS, where, limit):
         record["detail"] = _json_value(record["detail"])
         yield record

@@ -25,7 +25,6 @@ ENV_VAR = "VOLUMETOOL_VOLUME"
 DEFAULT_BUSY_TIMEOUT = 5.0
 MIGRATION_SET = "agent-volume"
 SQLITE_MAGIC = b"SQLite format 3\x00"
-AGENT_TABLES = frozenset({"identity", "sessions", "runs", "audit", "memories"})
 
 
 def resolve(argument: str | os.PathLike | None) -> Path:

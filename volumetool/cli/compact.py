@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from volumetool.cli.options import busy_timeout_option
+from volumetool.cli.options import busy_timeout_option, wait_option
 
 
-@click.command()
+@click.command(short_help="Summarize long threads, by hand or from cron.")
 @click.argument("volumes", nargs=-1, metavar="[VOLUME]...")
 @click.option(
     "--config",
@@ -64,13 +64,7 @@ from volumetool.cli.options import busy_timeout_option
     show_default=True,
     help="Model calls in flight at once.",
 )
-@click.option(
-    "--wait",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    metavar="SECONDS",
-    help="Wait this long for another volumetool's volume lock (else exit 4).",
-)
+@wait_option
 @busy_timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Results as one JSON array.")
 def compact(

@@ -7,7 +7,7 @@ import time
 import click
 
 
-@click.command()
+@click.command(short_help="Create a new, empty agent file.")
 @click.argument("volume", metavar="VOLUME")
 @click.option("--name", default="agent", show_default=True, help="The agent's name (identity).")
 def init(volume: str, name: str) -> None:
@@ -27,7 +27,7 @@ def init(volume: str, name: str) -> None:
     click.echo(f"volumetool: created {path}", err=True)
 
 
-@click.command()
+@click.command(short_help="Write a realistic sample volume.")
 @click.argument("volume", metavar="VOLUME")
 @click.option(
     "--sessions",

@@ -25,7 +25,7 @@ def _open(volume: str | None, busy_timeout: float):
     return Volume(volume, readonly=True, busy_timeout=busy_timeout)
 
 
-@click.command()
+@click.command(short_help="/status totals.")
 @volume_argument
 @click.option("--json", "as_json", is_flag=True, help="The totals as one JSON object.")
 @busy_timeout_option
@@ -145,7 +145,7 @@ def sessions(
         emit(rows, columns, output, tablefmt, limit, "threads")
 
 
-@click.command()
+@click.command(short_help="The replayed transcript of a thread.")
 @volume_argument
 @click.argument("key", required=False)
 @click.option(

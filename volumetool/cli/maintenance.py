@@ -8,10 +8,10 @@ import sys
 
 import click
 
-from volumetool.cli.options import busy_timeout_option, emit, output_options
+from volumetool.cli.options import busy_timeout_option, emit, output_options, wait_option
 
 
-@click.command()
+@click.command(short_help="Bring agent files to the current format (0.x too).")
 @click.argument("volumes", nargs=-1, metavar="[VOLUME]...")
 @click.option(
     "--list",
@@ -22,13 +22,7 @@ from volumetool.cli.options import busy_timeout_option, emit, output_options
 @click.option("--check", "check_", is_flag=True, help="Exit 1 when anything is pending.")
 @click.option("--dry-run", is_flag=True, help="Say what would run; change nothing.")
 @click.option("--no-backup", is_flag=True, help="Skip the backup taken before the first change.")
-@click.option(
-    "--wait",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    metavar="SECONDS",
-    help="Wait this long for another volumetool's volume lock (else exit 4).",
-)
+@wait_option
 @output_options
 @busy_timeout_option
 def migrate(
@@ -105,7 +99,7 @@ def migrate(
     sys.exit(next((c for c in EXIT_PRECEDENCE if c in codes), 0))
 
 
-@click.command()
+@click.command(short_help="A consistent copy of a live agent file.")
 @click.argument("volume", metavar="VOLUME")
 @click.argument("dest", metavar="DEST")
 @busy_timeout_option
@@ -128,7 +122,7 @@ def backup(volume, dest, busy_timeout) -> None:
     click.echo(f"volumetool: backed up {vol.path} to {path}", err=True)
 
 
-@click.command()
+@click.command(short_help="Check integrity and consistency.")
 @click.argument("volume", required=False, metavar="[VOLUME]")
 @click.option("--json", "as_json", is_flag=True, help="Problems as one JSON array.")
 @busy_timeout_option

@@ -42,7 +42,7 @@ def list_(volume, prefix, output, tablefmt, limit, busy_timeout) -> None:
         emit(rows, MEMORY_FIELDS, output, tablefmt, limit, "memories")
 
 
-@memories.command()
+@memories.command(short_help="Print one memory's raw value.")
 @volume_argument
 @click.argument("key", required=False)
 @busy_timeout_option
@@ -62,7 +62,7 @@ def get(volume, key, busy_timeout) -> None:
     sys.stdout.write(value + ("\n" if sys.stdout.isatty() else ""))
 
 
-@memories.command(name="remember")
+@memories.command(name="remember", short_help="Save or update a memory (audited).")
 @volume_argument
 @click.argument("key", required=False)
 @click.argument("value", required=False)
@@ -84,7 +84,7 @@ def remember_(volume, key, value, busy_timeout) -> None:
         remember(conn, key, value)
 
 
-@memories.command(name="forget")
+@memories.command(name="forget", short_help="Delete a memory (audited).")
 @volume_argument
 @click.argument("key", required=False)
 @busy_timeout_option
@@ -103,7 +103,7 @@ def forget_(volume, key, busy_timeout) -> None:
         forget(conn, require(key, "KEY"))
 
 
-@memories.command()
+@memories.command(short_help="Export every memory (jsonl or json).")
 @volume_argument
 @click.option(
     "-o",
@@ -139,8 +139,7 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     from volumetool.volume import Volume
 
     with Volume(volume, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
-        agent = conn.execute("SELECT value FROM identity WHERE key = 'name'").fetchone()
-        name = agent[0] if agent else None
+        name = vol.agent_name()
         if output_path == "-":
             count = write_export(conn, sys.stdout.buffer, fmt, name)
             sys.stdout.buffer.flush()
@@ -155,7 +154,7 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     )
 
 
-@memories.command(name="import")
+@memories.command(name="import", short_help="Import memories, all or nothing.")
 @volume_argument
 @click.argument("file", required=False, metavar="FILE|-")
 @click.option(

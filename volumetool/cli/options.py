@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 import click
 
@@ -21,6 +20,16 @@ def busy_timeout_option(f: Callable) -> Callable:
         show_default=True,
         metavar="SECONDS",
         help="How long to wait for a lock held by the agent before giving up (exit 4).",
+    )(f)
+
+
+def wait_option(f: Callable) -> Callable:
+    return click.option(
+        "--wait",
+        type=click.FloatRange(min=0),
+        default=0.0,
+        metavar="SECONDS",
+        help="Wait this long for another volumetool's volume lock (else exit 4).",
     )(f)
 
 
@@ -124,12 +133,3 @@ def emit(
 def listing_limit(limit: int) -> int | None:
     """The SQL limit of a listing: one row more than shown, to know whether it was cut."""
     return None if limit == 0 else limit + 1
-
-
-def common(*decorators: Callable[[Callable], Any]) -> Callable[[Callable], Callable]:
-    def apply(f: Callable) -> Callable:
-        for decorator in reversed(decorators):
-            f = decorator(f)
-        return f
-
-    return apply

@@ -7,7 +7,7 @@ import click
 from volumetool.cli.options import busy_timeout_option, require, shift_volume, volume_argument
 
 
-@click.group()
+@click.group(short_help="/new and /reset.")
 def thread() -> None:
     """End a conversation: /new archives it, /reset deletes its transcript."""
 

@@ -9,7 +9,7 @@ import sys
 import click
 
 
-@click.command()
+@click.command(short_help="Check the memory: and model: blocks of agent configs.")
 @click.argument("paths", nargs=-1, metavar="PATH...")
 @click.option(
     "--format",

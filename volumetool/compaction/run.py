@@ -172,15 +172,26 @@ def plan_volume(
     jobs: list[Job] = []
     skipped: list[Outcome] = []
     name = str(volume.path)
+
+    def skip(key: str, session_id: int | None, reason: str, due: Due | None = None) -> None:
+        skipped.append(
+            Outcome(
+                name,
+                key,
+                session_id,
+                "skipped",
+                model=model,
+                error=reason,
+                last_input_tokens=due.last_input_tokens if due else None,
+                threshold=due.threshold if due else None,
+            )
+        )
+
     with volume.snapshot() as conn:
         if request.key is not None:
             candidates = active_threads(conn, key=request.key)
             if not candidates:
-                skipped.append(
-                    Outcome(
-                        name, request.key, None, "skipped", error="no active thread under this key"
-                    )
-                )
+                skip(request.key, None, "no active thread under this key")
         elif settings.compaction_enabled:
             candidates = active_threads(conn, threshold=settings.compact_at_tokens)
         else:
@@ -189,34 +200,12 @@ def plan_volume(
             due = thread_due(conn, session_id, settings)
             if not due.due and not request.force:
                 if request.key is not None:
-                    skipped.append(
-                        Outcome(
-                            name,
-                            key,
-                            session_id,
-                            "skipped",
-                            model=model,
-                            error=f"not due: {due.reason} (--force compacts anyway)",
-                            last_input_tokens=due.last_input_tokens,
-                            threshold=due.threshold,
-                        )
-                    )
+                    skip(key, session_id, f"not due: {due.reason} (--force compacts anyway)", due)
                 continue
             thread = load_thread(conn, session_id)
             plan = plan_fold(thread.live)
             if plan.empty:
-                skipped.append(
-                    Outcome(
-                        name,
-                        key,
-                        session_id,
-                        "skipped",
-                        model=model,
-                        error="nothing to fold: the last two turns are kept",
-                        last_input_tokens=due.last_input_tokens,
-                        threshold=due.threshold,
-                    )
-                )
+                skip(key, session_id, "nothing to fold: the last two turns are kept", due)
                 continue
             jobs.append(Job(volume, thread, plan, due))
     return jobs, skipped
