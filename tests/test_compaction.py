@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import assert_clean_error
 from tests.model_server import ModelServer
-from tests.volumes import VolumeWriter, table_dump
+from tests.volumes import VolumeWriter, due_thread, table_dump
 from volumetool.volume import volume_lock
 
 KEY = "sk-test-7f3a9c0b1d2e4f5a6b7c8d9e0f1a2b3c"
@@ -31,32 +31,6 @@ def write_config(path, server, api="openai", small="tiny-model", memory=None):
         f"memory:\n{memory}"
     )
     return path
-
-
-def due_thread(
-    w: VolumeWriter, key: str, turns: int = 5, tokens: int | None = 60_000, prefix: bool = True
-) -> int:
-    s = w.thread(key)
-    if prefix:
-        w.message(s, "system", "Channel context: #ops. Keep replies brief.")
-    for n in range(turns):
-        w.message(s, "user", f"Question {n}: please look at deploy/values.yaml for service {n}.")
-        if n % 2 == 0:
-            call = {
-                "id": f"call-{s}-{n}",
-                "type": "function",
-                "function": {"name": "read_file", "arguments": '{"path": "values.yaml"}'},
-            }
-            w.message(s, "assistant", "", tool_calls=[call])
-            w.message(
-                s,
-                "tool",
-                f"pool_size = {n}\nlog_level = debug\nregion = eu",
-                tool_call_id=call["id"],
-            )
-        w.message(s, "assistant", f"Answer {n}: the pool size is {n} and logging is at debug.")
-    w.run(s, input_tokens=tokens, output_tokens=300, last_input_tokens=tokens)
-    return s
 
 
 @pytest.fixture

@@ -125,6 +125,11 @@ def test_plan_and_apply_invariants(
             assert all(now[i][7] is None for i in kept)
             assert after["sessions"][0][4] == server.summary
             assert after["audit"] == before["audit"]
+            # a second pass, with no new agent run since, never calls the model
+            server.on_request = None
+            requests = len(server.requests)
+            assert compact([str(path)], request(server, threshold)) == ([], 0)
+            assert len(server.requests) == requests
         else:
             too_long = len(server.summary) >= replaced_chars(summary, plan.fold)
             assert outcome.status == "failed" and (fault is not None or too_long) and code == 1

@@ -147,6 +147,34 @@ class VolumeWriter:
         self.insert("memories", key=key, value=value, created_at=ts, updated_at=ts)
 
 
+def due_thread(
+    w: VolumeWriter, key: str, turns: int = 5, tokens: int | None = 60_000, prefix: bool = True
+) -> int:
+    """A thread past the compaction threshold: a system prefix, `turns` turns (every other one
+    with a tool call and its result), and an agent run that reported `tokens`."""
+    s = w.thread(key)
+    if prefix:
+        w.message(s, "system", "Channel context: #ops. Keep replies brief.")
+    for n in range(turns):
+        w.message(s, "user", f"Question {n}: please look at deploy/values.yaml for service {n}.")
+        if n % 2 == 0:
+            call = {
+                "id": f"call-{s}-{n}",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "values.yaml"}'},
+            }
+            w.message(s, "assistant", "", tool_calls=[call])
+            w.message(
+                s,
+                "tool",
+                f"pool_size = {n}\nlog_level = debug\nregion = eu",
+                tool_call_id=call["id"],
+            )
+        w.message(s, "assistant", f"Answer {n}: the pool size is {n} and logging is at debug.")
+    w.run(s, input_tokens=tokens, output_tokens=300, last_input_tokens=tokens)
+    return s
+
+
 def table_dump(
     path: Path, tables=("identity", "sessions", "messages", "runs", "audit", "memories")
 ) -> dict[str, list[tuple]]:

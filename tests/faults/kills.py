@@ -32,8 +32,7 @@ from pathlib import Path
 from tests.faults.agent import verify as verify_agent
 from tests.legacy import write_legacy
 from tests.model_server import ModelServer
-from tests.test_compaction import due_thread
-from tests.volumes import VolumeWriter
+from tests.volumes import VolumeWriter, due_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 VT = [sys.executable, "-m", "volumetool"]

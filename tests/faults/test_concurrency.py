@@ -14,8 +14,7 @@ import pytest
 from tests.faults.agent import verify
 from tests.faults.kills import ROOT, VT
 from tests.model_server import ModelServer
-from tests.test_compaction import due_thread
-from tests.volumes import VolumeWriter
+from tests.volumes import VolumeWriter, due_thread
 
 KEY = "sk-concurrency-0123456789abcdefgh"
 
@@ -81,7 +80,7 @@ def test_nothing_the_agent_writes_is_lost_and_nobody_is_locked_out(tmp_path, ser
     report = json.loads(agent.communicate(timeout=60)[0])
     for command, result in zip(commands, results, strict=True):
         assert result.returncode == 0, (command[0], result.stderr)
-    assert len(report["committed"]) > 200
+    assert len(report["committed"]) > 50
     assert report["locked"] == 0
     assert verify(str(path), report) == []
     compacted = json.loads(
