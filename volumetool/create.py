@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import socket
 import sqlite3
 import tempfile
@@ -48,21 +49,21 @@ def publish(tmp: Path, path: Path) -> None:
     fsync_directory(path.parent)
 
 
-def _stage_prefix(path: Path, pid: int | None = None) -> str:
-    host = socket.gethostname().replace("-", "_").replace("/", "_")
-    return f".{path.name}.tmp-{host}-{pid or os.getpid()}-"
+def _host() -> str:
+    return socket.gethostname().replace("-", "_").replace("/", "_")
 
 
-def remove_stale_stages(path: Path) -> None:
-    """Delete temporary files a killed volumetool left next to `path`. Only files of this
-    host whose process is gone are touched, so a live writer's stage is never removed."""
-    head = _stage_prefix(path, 1)[: -len("1-")]
-    for leftover in path.parent.glob(f"{glob.escape(head)}*"):
-        pid = leftover.name[len(head) :].split("-", 1)[0]
-        if not pid.isdigit():
+def remove_stale_stages(directory: Path, names: str) -> None:
+    """Delete the temporary files a killed volumetool left for files matching the glob `names`
+    in `directory`. Only stages of this host whose process is gone are touched, so a live
+    writer's stage is never removed."""
+    stage = re.compile(rf"\.tmp-{re.escape(_host())}-(\d+)-")
+    for leftover in directory.glob(f".{names}.tmp-*"):
+        found = stage.search(leftover.name)
+        if not found:
             continue
         try:
-            os.kill(int(pid), 0)
+            os.kill(int(found.group(1)), 0)
         except ProcessLookupError:
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
@@ -79,8 +80,10 @@ def staged_file(path: Path, mode: int = 0o600, replace: bool = False) -> Iterato
         refuse_existing(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_stages(path)
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=_stage_prefix(path))
+        remove_stale_stages(path.parent, glob.escape(path.name))
+        fd, name = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.tmp-{_host()}-{os.getpid()}-"
+        )
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot create the file ({exc.strerror})") from None
     os.close(fd)

@@ -4,12 +4,14 @@ migration, checks after. Runtime 0.x files are recognized and migrated like any 
 from __future__ import annotations
 
 import contextlib
+import glob
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from volumetool.backup import backup
+from volumetool.create import remove_stale_stages
 from volumetool.errors import ProblemsFound, SchemaMismatch
 from volumetool.volume import SchemaState, Volume, read_schema_state, require_current
 
@@ -83,6 +85,8 @@ def migrate(volume: Volume, *, make_backup: bool = True, dry_run: bool = False) 
                 "fix those rows first (volumetool check names them)",
             )
         if make_backup:
+            # a killed migrate's half-made backup has another timestamp: clear those too
+            remove_stale_stages(volume.path.parent, f"{glob.escape(volume.path.name)}.bak-*")
             result.backup = backup(volume, backup_path(volume.path))
         conn.execute("PRAGMA foreign_keys = OFF")  # table rebuilds; checked before each commit
         db = sqlite_utils.Database(conn)

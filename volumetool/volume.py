@@ -173,6 +173,23 @@ def _connect(
     return conn
 
 
+def _hot_journal(path: Path) -> bool:
+    journal = Path(f"{path}-journal")
+    return journal.exists() and journal.stat().st_size > 0
+
+
+def _roll_back(path: Path, busy_timeout: float) -> None:
+    """A writer that died mid-transaction (rollback-journal mode) leaves a hot journal that a
+    read-only connection cannot roll back. Opening the file for writing lets SQLite roll it
+    back, as the agent's next open would: the file then reads as its last committed state, and
+    nothing committed changes. A live writer's journal is not hot, so this never touches it."""
+    conn = sqlite3.connect(path, timeout=busy_timeout)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    finally:
+        conn.close()
+
+
 def _nobody_can_write(path: Path) -> bool:
     """A WAL-mode file in a directory that cannot be written has no -wal and can get none, so
     no writer can exist: SQLite cannot open it read-only (it wants to create -shm), but reading
@@ -204,10 +221,17 @@ class Volume:
                 try:
                     self.schema = read_schema_state(self.conn, self.path)
                 except sqlite3.OperationalError:
-                    if not (readonly and _nobody_can_write(self.path)):
+                    if not readonly:
                         raise
                     self.conn.close()
-                    self.conn = _connect(self.path, readonly, busy_timeout, immutable=True)
+                    immutable = False
+                    if _hot_journal(self.path):
+                        _roll_back(self.path, busy_timeout)
+                    elif _nobody_can_write(self.path):
+                        immutable = True
+                    else:
+                        raise
+                    self.conn = _connect(self.path, readonly, busy_timeout, immutable)
                     self.schema = read_schema_state(self.conn, self.path)
                 if gate:
                     require_current(self.schema, self.path)

@@ -71,8 +71,13 @@ def rows(path: Path, sql: str, *params) -> list[tuple]:
 
 
 def integrity_ok(path: Path) -> bool:
+    """integrity_check as the next writer sees the file: its open rolls back a hot journal."""
     try:
-        return rows(path, "PRAGMA integrity_check") == [("ok",)]
+        conn = sqlite3.connect(path)
+        try:
+            return conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        finally:
+            conn.close()
     except sqlite3.Error:
         return False
 
@@ -515,6 +520,9 @@ def run_path(
         tally.kills += killed
         state = path.classify(directory, before, after)
         tally.states[state] += 1
+        if state in ("mixed", "corrupt"):  # kept as found, for a look
+            shutil.copytree(directory, work / f"kept-{trial}-{state}")
+            tally.failures.append(f"trial {trial}: {state}, kept in {work}/kept-{trial}-{state}")
         recovered = path.recover(directory)
         if recovered.returncode != 0:
             tally.failures.append(
@@ -522,6 +530,8 @@ def run_path(
             )
         left = leftovers(directory)
         tally.leftovers += len(left)
+        if left:
+            tally.failures.append(f"trial {trial}: left behind {left}")
         if report is not None:
             lost = verify_agent(str(directory / "agent.db"), report)
             tally.lost += len(lost)

@@ -10,6 +10,7 @@ import resource
 import signal
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -213,4 +214,27 @@ def test_a_full_disk_changes_nothing(tmp_path):
     assert (tmp_path / "out.jsonl").read_text() == "the previous export\n"
     assert not (tmp_path / "demo.db").exists() and not (tmp_path / "copy.db").exists()
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+    assert run("check", path).returncode == 0
+
+
+CRASH_MID_WRITE = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA cache_size = 1")  # spill changed pages into the file before commit
+conn.execute("BEGIN")
+conn.execute("UPDATE memories SET value = 'half-written ' || key")
+os._exit(0)  # die mid-transaction: a hot journal stays behind
+"""
+
+
+def test_a_hot_journal_left_by_a_crashed_writer(tmp_path):
+    path = build(tmp_path)
+    sqlite3.connect(path).execute("PRAGMA journal_mode = DELETE").close()
+    before = table_dump(path)
+    subprocess.run([sys.executable, "-c", CRASH_MID_WRITE, str(path)], check=True)
+    assert Path(f"{path}-journal").stat().st_size > 0
+    result = run("memories", "list", path, "--json", "-n", "0")
+    assert result.returncode == 0, result.stderr
+    assert {r["value"] for r in json.loads(result.stdout)} == {"value " * 20}
+    assert table_dump(path) == before
     assert run("check", path).returncode == 0
