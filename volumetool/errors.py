@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from collections.abc import Iterable
 
 import click
 
@@ -51,6 +52,16 @@ class Busy(VolumetoolError):
     """Exit 4: locked past the busy timeout, or another volumetool holds the volume lock."""
 
     exit_code = 4
+
+
+# When a command's parts end differently (volumes, threads), its exit code tells the most
+# serious: unusable input, then a schema mismatch, then problems found, then busy (retry later).
+EXIT_PRECEDENCE = (2, 3, 1, 4)
+
+
+def worst_exit_code(codes: Iterable[int]) -> int:
+    found = set(codes)
+    return next((code for code in EXIT_PRECEDENCE if code in found), 0)
 
 
 def from_sqlite(exc: sqlite3.Error, path: object) -> VolumetoolError:

@@ -43,8 +43,7 @@ def migrate(
       volumetool migrate /srv/agents/*/ --check     # a deploy gate
       volumetool migrate ./vol
     """
-    from volumetool.compaction.run import EXIT_PRECEDENCE
-    from volumetool.errors import VolumetoolError
+    from volumetool.errors import VolumetoolError, worst_exit_code
     from volumetool.migrate import MIGRATION_FIELDS, migration_rows
     from volumetool.migrate import migrate as run
     from volumetool.volume import Volume, check_file, resolve, volume_lock
@@ -96,7 +95,7 @@ def migrate(
         click.echo(
             "volumetool: " + ", ".join(f"{n} {k}" for k, n in sorted(summary.items())), err=True
         )
-    sys.exit(next((c for c in EXIT_PRECEDENCE if c in codes), 0))
+    sys.exit(worst_exit_code(codes))
 
 
 @click.command(short_help="A consistent copy of a live agent file.")

@@ -34,7 +34,14 @@ from volumetool.compaction.summarize import (
     render_request,
 )
 from volumetool.config import API_DEFAULTS, AgentConfig
-from volumetool.errors import Busy, ProblemsFound, SchemaMismatch, UnusableInput, VolumetoolError
+from volumetool.errors import (
+    Busy,
+    ProblemsFound,
+    SchemaMismatch,
+    UnusableInput,
+    VolumetoolError,
+    worst_exit_code,
+)
 from volumetool.model_client import Endpoint, ModelClient, ModelError, RetryPolicy, Usage
 from volumetool.timefmt import now_iso
 from volumetool.volume import Volume, resolve, volume_lock
@@ -55,9 +62,6 @@ OUTCOME_FIELDS = (
     "threshold",
     "estimated_tokens",
 )
-# When volumes end differently, the exit code tells the most serious: unusable input, then a
-# schema mismatch, then failed threads, then busy (retry later), then success.
-EXIT_PRECEDENCE = (2, 3, 1, 4)
 
 
 @dataclass(frozen=True)
@@ -348,5 +352,4 @@ def compact(
             on_planned(len(jobs))
             assert endpoint is not None
             outcomes.extend(asyncio.run(summarize_all(jobs, request, endpoint, transport, on_done)))
-    codes = {o.exit_code for o in outcomes}
-    return outcomes, next((c for c in EXIT_PRECEDENCE if c in codes), 0)
+    return outcomes, worst_exit_code(o.exit_code for o in outcomes)
