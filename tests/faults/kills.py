@@ -48,6 +48,7 @@ class Tally:
     kills: int = 0
     states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
     lost: int = 0
+    agent: bool = False  # whether a simulated agent wrote during the trials
     leftovers: int = 0
     failures: list[str] = field(default_factory=list)
 
@@ -462,7 +463,7 @@ def leftovers(directory: Path) -> list[str]:
 def run_path(
     path: KillPath, trials: int, seed: int, work: Path, say: Callable[[str], None] = lambda s: None
 ) -> Tally:
-    tally = Tally(path.name)
+    tally = Tally(path.name, agent=bool(path.agent_keys))
     template = work / "template"
     template.mkdir(parents=True)
     path.build(template)
@@ -579,7 +580,7 @@ def markdown(tallies: list[Tally], trials: int, seed: int, took: float) -> str:
         lines.append(
             f"| {t.path} | {t.trials} | {t.kills} | {s['old']} | {s['new']} | "
             f"{s['between']} | {s['mixed']} | {s['corrupt']} | {t.leftovers} | "
-            f"{t.lost} |"
+            f"{t.lost if t.agent else '- (no agent)'} |"
         )
     return "\n".join(lines) + "\n"
 
