@@ -453,3 +453,13 @@ def test_memory_mappings_never_crash_and_accepted_configs_resolve(block, with_mo
 def test_nesting_deeper_than_volumetool_reads_is_a_finding():
     deep = findings("a: " + "[" * 150 + "]" * 150 + "\n")
     assert [(f.rule, f.line) for f in deep] == [("yaml-too-deep", 1)]
+
+
+def test_config_show_and_compact_read_the_config_from_stdin(run_cli, tmp_path):
+    shown = json.loads(run_cli("config", "show", "-", "--json", input=GOOD).stdout)
+    assert shown["compaction"]["summary_model"] == "gpt-4.1-mini"
+    from volumetool.create import create_volume
+
+    path = create_volume(tmp_path / "agent.db", "a")
+    result = run_cli("compact", path, "--config", "-", "--dry-run", "--json", input=GOOD)
+    assert result.exit_code == 0 and json.loads(result.stdout) == []

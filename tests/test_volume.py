@@ -160,3 +160,13 @@ def test_volume_from_the_environment(tmp_path, run_cli):
 
 def test_no_volume_at_all_is_a_usage_error(run_cli):
     assert_clean_error(run_cli("status"), 2, "VOLUMETOOL_VOLUME")
+
+
+def test_init_demo_and_backup_take_the_volume_from_the_environment(tmp_path, run_cli):
+    env = {"VOLUMETOOL_VOLUME": f"{tmp_path}/vol/"}
+    assert run_cli("init", env=env).exit_code == 0
+    assert (tmp_path / "vol" / "agent.db").is_file()
+    result = run_cli("backup", tmp_path / "copy.db", env=env)
+    assert result.exit_code == 0, result
+    assert (tmp_path / "copy.db").is_file()
+    assert run_cli("demo", env={"VOLUMETOOL_VOLUME": str(tmp_path / "demo.db")}).exit_code == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -790,13 +791,21 @@ def json_schema() -> dict:
     }
 
 
+def read_source(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """A config file's bytes (`-` is stdin), at most one byte past the limit, so that a file
+    too large is seen as such without reading all of it. Raises OSError."""
+    if path == "-":
+        return sys.stdin.buffer.read(max_bytes + 1)
+    with open(path, "rb") as handle:
+        return handle.read(max_bytes + 1)
+
+
 def load_config(path: str) -> AgentConfig:
     """The effective settings of an agent YAML; UnusableInput when it cannot be used."""
     from volumetool.errors import UnusableInput
 
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(DEFAULT_MAX_BYTES + 1)
+        data = read_source(path)
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot read the config ({exc.strerror})") from None
     findings, config = check_source(data, path)

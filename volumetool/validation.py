@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from volumetool import __version__
-from volumetool.config import DEFAULT_MAX_BYTES, RULES, Finding, check_source
+from volumetool.config import DEFAULT_MAX_BYTES, RULES, Finding, check_source, read_source
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -84,17 +83,12 @@ def check_paths(
     stdin_name: str = "<stdin>",
     max_bytes: int = DEFAULT_MAX_BYTES,
     strict: bool = False,
-    stdin: TextIO | None = None,
 ) -> Report:
     results = []
     for path in config_files(paths):
         name = stdin_name if path == "-" else path
         try:
-            if path == "-":
-                data = (stdin or sys.stdin).buffer.read(max_bytes + 1)
-            else:
-                with open(path, "rb") as handle:
-                    data = handle.read(max_bytes + 1)
+            data = read_source(path, max_bytes)
         except OSError as exc:
             results.append(FileResult(name, unreadable=exc.strerror or str(exc)))
             continue

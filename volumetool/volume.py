@@ -27,13 +27,18 @@ MIGRATION_SET = "agent-volume"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def resolve(argument: str | os.PathLike | None) -> Path:
-    """The agent file named by a VOLUME argument (a file, or a directory holding agent.db)."""
+def _given(argument: str | os.PathLike | None) -> str:
     if argument is None or str(argument) == "":
         argument = os.environ.get(ENV_VAR, "")
         if not argument:
             raise UnusableInput("no VOLUME given", f"pass a path or set {ENV_VAR}")
-    path = Path(argument)
+    return str(argument)
+
+
+def resolve(argument: str | os.PathLike | None) -> Path:
+    """The agent file named by a VOLUME argument (a file, or a directory holding agent.db),
+    or by $VOLUMETOOL_VOLUME when there is none."""
+    path = Path(_given(argument))
     if path.is_dir():
         return path / DB_NAME
     return path
@@ -41,8 +46,9 @@ def resolve(argument: str | os.PathLike | None) -> Path:
 
 def resolve_new(argument: str | os.PathLike | None) -> Path:
     """Like `resolve`, for a file about to be created: a trailing slash also means a directory."""
-    path = resolve(argument)
-    if str(argument or "").endswith(os.sep) and path.name != DB_NAME:
+    given = _given(argument)
+    path = resolve(given)
+    if given.endswith(os.sep) and path.name != DB_NAME:
         return path / DB_NAME
     return path
 

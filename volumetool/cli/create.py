@@ -8,7 +8,7 @@ import click
 
 
 @click.command(short_help="Create a new, empty agent file.")
-@click.argument("volume", metavar="VOLUME")
+@click.argument("volume", required=False, metavar="VOLUME")
 @click.option("--name", default="agent", show_default=True, help="The agent's name (identity).")
 def init(volume: str, name: str) -> None:
     """Create a new, empty agent file at the current format, in WAL mode.
@@ -28,7 +28,7 @@ def init(volume: str, name: str) -> None:
 
 
 @click.command(short_help="Write a realistic sample volume.")
-@click.argument("volume", metavar="VOLUME")
+@click.argument("volume", required=False, metavar="VOLUME")
 @click.option(
     "--sessions",
     type=click.IntRange(min=1),

@@ -8,7 +8,15 @@ import sys
 
 import click
 
-from volumetool.cli.options import busy_timeout_option, emit, output_options, wait_option
+from volumetool.cli.options import (
+    busy_timeout_option,
+    emit,
+    output_options,
+    require,
+    shift_volume,
+    volume_argument,
+    wait_option,
+)
 
 
 @click.command(short_help="Bring agent files to the current format (0.x too).")
@@ -99,8 +107,8 @@ def migrate(
 
 
 @click.command(short_help="A consistent copy of a live agent file.")
-@click.argument("volume", metavar="VOLUME")
-@click.argument("dest", metavar="DEST")
+@volume_argument
+@click.argument("dest", required=False, metavar="DEST")
 @busy_timeout_option
 def backup(volume, dest, busy_timeout) -> None:
     """A consistent copy of a live agent file, taken with SQLite's online backup API while the
@@ -116,6 +124,8 @@ def backup(volume, dest, busy_timeout) -> None:
     from volumetool.backup import backup as run
     from volumetool.volume import Volume
 
+    volume, dest = shift_volume(volume, dest)
+    dest = require(dest, "DEST")
     with Volume(volume, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
         path = run(vol, Path(dest))
     click.echo(f"volumetool: backed up {vol.path} to {path}", err=True)

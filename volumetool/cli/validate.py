@@ -77,7 +77,7 @@ def config() -> None:
 
 
 @config.command()
-@click.argument("file", metavar="FILE")
+@click.argument("file", metavar="FILE|-")
 @click.option("--json", "as_json", is_flag=True, help="The settings as one JSON object.")
 def show(file: str, as_json: bool) -> None:
     """The effective memory: and model: settings, defaults filled in, and which model will
@@ -87,16 +87,15 @@ def show(file: str, as_json: bool) -> None:
     Example:
       volumetool config show agent.yaml --json
     """
-    from volumetool.config import DEFAULT_MAX_BYTES, check_source
+    from volumetool.config import check_source, read_source
     from volumetool.errors import ProblemsFound, UnusableInput
     from volumetool.validation import text_line
 
     try:
-        with open(file, "rb") as handle:
-            data = handle.read()
+        data = read_source(file)
     except OSError as exc:
         raise UnusableInput(f"{file}: cannot read ({exc.strerror})") from None
-    findings, settings = check_source(data, file, max(len(data), DEFAULT_MAX_BYTES))
+    findings, settings = check_source(data, file)
     if settings is None:
         for finding in findings:
             click.echo(text_line(finding), err=True)
