@@ -72,14 +72,17 @@ def remove_stale_stages(directory: Path, names: str) -> None:
 
 
 @contextlib.contextmanager
-def staged_file(path: Path, mode: int = 0o600, replace: bool = False) -> Iterator[Path]:
+def staged_file(
+    path: Path, mode: int = 0o600, replace: bool = False, make_parents: bool = False
+) -> Iterator[Path]:
     """A temporary sibling of `path` (mode 0600) that becomes `path` when the block succeeds:
     fsynced, then linked into place (never replacing a file) or, with `replace`, renamed over
     it. A failure or a kill leaves `path` as it was."""
     if not replace:
         refuse_existing(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if make_parents:  # a new volume's directory; an export or a backup needs an existing one
+            path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_stages(path.parent, glob.escape(path.name))
         fd, name = tempfile.mkstemp(
             dir=path.parent, prefix=f".{path.name}.tmp-{_host()}-{os.getpid()}-"
@@ -120,7 +123,7 @@ def create_volume(
     created_at: str | None = None,
 ) -> Path:
     """Create an agent file at the current format, in WAL mode, optionally filled by `fill`."""
-    with staged_file(path) as tmp:
+    with staged_file(path, make_parents=True) as tmp:
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:
             # The staged file is private until published, so it needs no crash journal.

@@ -710,7 +710,7 @@ def build(
 
     created = iso_ms(SPAN_START_MS - 86_400_000)
     if config_out is not None:
-        with staged_file(config_out, mode=0o644) as tmp:
+        with staged_file(config_out, mode=0o644, make_parents=True) as tmp:
             tmp.write_text(
                 AGENT_CONFIG.format(
                     seed=seed, name=name, main=MAIN_MODEL, small=SMALL_MODEL, threshold=THRESHOLD
