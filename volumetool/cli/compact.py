@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -132,24 +133,23 @@ def compact(
         retry=RetryPolicy(attempts=retries + 1),
         **request_kwargs,
     )
-    bar = None
     show_progress = sys.stderr.isatty() and not dry_run
+    with contextlib.ExitStack() as stack:
+        bars = []  # the bar exists once planning knows how many threads there are
 
-    def planned(total: int) -> None:
-        nonlocal bar
-        if show_progress:
-            bar = click.progressbar(length=total, label="compacting", file=sys.stderr)
-            bar.__enter__()
+        def planned(total: int) -> None:
+            if show_progress:
+                bars.append(
+                    stack.enter_context(
+                        click.progressbar(length=total, label="compacting", file=sys.stderr)
+                    )
+                )
 
-    def done(outcome) -> None:
-        if bar is not None:
-            bar.update(1)
+        def done(outcome) -> None:
+            for bar in bars:
+                bar.update(1)
 
-    try:
         outcomes, code = run(list(volumes) or [None], request, on_planned=planned, on_done=done)
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
     if as_json:
         click.echo(
             json.dumps(
