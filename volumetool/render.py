@@ -8,11 +8,34 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
 FLAT_WIDTH = 72  # table cells wider than this wrap, so long content stays readable
+
+# What must never reach a terminal raw: C0 and C1 controls (ESC starts every terminal command:
+# clipboard writes, screen clears), DEL, line and paragraph separators, and the bidirectional
+# controls that make text display in another order than it reads ("Trojan Source").
+_UNSAFE = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_one(char: str) -> str:
+    code = ord(char)
+    return _NAMED_ESCAPES.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def escape_control(text: str, keep: str = "") -> str:
+    """Text from a volume, a config or a model server made safe for a terminal: every control,
+    separator or bidi character written as an escape (`\\x1b`, `\\n`, `\\u202e`). `keep` names
+    characters left as they are (a view that lays out lines itself keeps "\\n")."""
+    if not _UNSAFE.search(text):
+        return text
+    return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escape_one(m.group()), text)
 
 
 @dataclass(frozen=True)
