@@ -278,6 +278,8 @@ ACCEPTED = (
     "control_chars",
 )
 FAULTS = tuple(HTTP_ERRORS) + COMPLETION_FAULTS + RAW_FAULTS
+# The summary of the control_chars fault: a clipboard write, a screen clear, a newline, a bell.
+CONTROL_SUMMARY = "Summary \x1b]52;c;cHduZWQ=\x07 with\nlines \x1b[2J and a bell\x07."
 
 
 class _Server(ThreadingHTTPServer):
@@ -408,7 +410,7 @@ class ModelServer:
         elif fault == "overlong":
             text = "x" * (len(json.dumps(body)) * 2)
         elif fault == "control_chars":
-            text = "Summary \x1b]52;c;cHduZWQ=\x07 with\nlines \x1b[2J and a bell\x07."
+            text = CONTROL_SUMMARY
         payload = self._anthropic(text, fault) if anthropic else self._openai(text, fault)
         data = json.dumps(payload)
         if fault == "surrogate":  # JSON may escape a lone surrogate; Python decodes it

@@ -405,3 +405,149 @@ def test_the_api_key_never_leaks(run_cli, volume, server, tmp_path):
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
             assert KEY[3:20].encode() not in path.read_bytes(), path
+
+
+def test_reset_during_the_call_then_new_messages_with_reused_ids_is_a_conflict(
+    run_cli, volume, server
+):
+    """/reset deletes the thread's messages; SQLite then gives the agent's next messages the
+    ids of the deleted ones. The re-check compares content, so the old conversation never
+    comes back as the summary and the new messages are never folded."""
+    conn = sqlite3.connect(volume["path"])
+    conn.execute("DELETE FROM messages WHERE session_id != ?", (volume["due"],))
+    conn.commit()
+    conn.close()
+    old_ids = [r[0] for r in rows(volume["path"], "SELECT id FROM messages ORDER BY id")]
+
+    def reset_then_write(body):
+        w = VolumeWriter(volume["path"])
+        w.conn.execute("DELETE FROM messages WHERE session_id = ?", (volume["due"],))
+        w.conn.execute("UPDATE sessions SET summary = NULL WHERE id = ?", (volume["due"],))
+        for n in range(len(old_ids)):
+            w.message(volume["due"], "user" if n % 2 == 0 else "assistant", f"fresh start {n}")
+        w.close()
+
+    server.on_request = reset_then_write
+    result = compact(run_cli, volume, "--json")
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "conflict" and result.exit_code == 1
+    assert "replaced meanwhile" in outcome["error"]
+    after = rows(volume["path"], "SELECT id, content, folded_by FROM messages ORDER BY id")
+    assert [r[0] for r in after] == old_ids  # the ids were reused...
+    assert [r[1] for r in after] == [f"fresh start {n}" for n in range(len(old_ids))]
+    assert all(r[2] is None for r in after)  # ...and nothing the agent wrote was folded
+    assert rows(volume["path"], "SELECT summary FROM sessions WHERE id = ?", volume["due"]) == [
+        (None,)
+    ]
+
+
+def test_a_key_with_no_active_thread_is_exit_1(run_cli, volume, server):
+    result = compact(run_cli, volume, "--key", "typo", "--force", "--json")
+    assert result.exit_code == 1
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "skipped" and "no active thread" in outcome["error"]
+    assert server.requests == []
+
+
+def test_force_without_thread_history_is_a_usage_error(run_cli, volume, server):
+    write_config(volume["config"], server, memory="  scope: none\n")
+    before = table_dump(volume["path"])
+    result = compact(run_cli, volume, "--key", "discord:1", "--force")
+    assert_clean_error(result, 2, "scope: none")
+    assert table_dump(volume["path"]) == before and server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("args", "env_key", "fragment"),
+    [
+        (["--timeout", "nan"], KEY, "--timeout"),
+        (["--timeout", "inf"], KEY, "--timeout"),
+        (["--base-url", "http://[::1"], KEY, "cannot work"),
+        (["--base-url", "http://127.0.0.1:99999/v1"], KEY, "cannot work"),
+        (["--base-url", "https://api.example.com/v1?key=abc"], KEY, "cannot work"),
+        (["--base-url", "ftp://example.com"], KEY, "http"),
+        (["--api", "anthropic", "--base-url", "https://api.anthropic.com/v1"], KEY, "/v1"),
+        ([], "sk-ümlaut-key", "cannot carry"),
+        ([], "sk-line\r\nInjected: yes", "cannot carry"),
+        (["--max-input-tokens", "1000"], KEY, "--max-input-tokens"),
+    ],
+)
+def test_inputs_that_cannot_work_are_exit_2_before_the_volume_is_touched(
+    run_cli, volume, server, args, env_key, fragment
+):
+    before = table_dump(volume["path"])
+    result = compact(run_cli, volume, *args, key=env_key)
+    assert_clean_error(result, 2, fragment)
+    assert env_key not in result.stderr and "abc" not in result.stderr
+    assert table_dump(volume["path"]) == before and server.requests == []
+    assert not volume["path"].with_name("agent.db.volumetool-lock").exists()
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe not utf-8", b"", None])
+def test_a_prompt_file_must_be_readable_utf8(run_cli, volume, server, tmp_path, content):
+    prompt = tmp_path / "prompt.txt"
+    if content is not None:
+        prompt.write_bytes(content)
+    result = compact(run_cli, volume, "--prompt-file", prompt)
+    assert_clean_error(result, 2, str(prompt))
+    assert server.requests == []
+
+
+def test_a_thread_that_keeps_failing_backs_off(run_cli, volume, server):
+    server.fault = "500"
+    assert compact(run_cli, volume, "--retries", "0").exit_code == 1
+    assert len(server.requests) == 1
+    result = compact(run_cli, volume, "--json")  # the next tick: not called again
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "skipped" and result.exit_code == 0
+    assert "backing off after 1 failed compaction(s): next try at" in outcome["error"]
+    assert len(server.requests) == 1
+    dry = json.loads(compact(run_cli, volume, "--dry-run", "--json").stdout)
+    assert [o["status"] for o in dry] == ["skipped"]  # the dry run predicts it
+    server.fault = None
+    forced = compact(run_cli, volume, "--key", "discord:1", "--force", "--json")
+    assert json.loads(forced.stdout)[0]["status"] == "compacted"  # --force ignores it
+
+
+def test_a_fold_not_worth_a_call_is_skipped(run_cli, volume, server):
+    result = compact(run_cli, volume, "--min-fold-tokens", "100000", "--json")
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "skipped" and "nothing worth folding" in outcome["error"]
+    assert server.requests == [] and result.exit_code == 0
+
+
+def test_a_busy_commit_still_records_what_the_call_cost(run_cli, volume, server):
+    def agent_holds_the_lock_briefly(body):
+        conn = sqlite3.connect(volume["path"], isolation_level=None, check_same_thread=False)
+        conn.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.6, lambda: (conn.execute("ROLLBACK"), conn.close())).start()
+
+    server.on_request = agent_holds_the_lock_briefly
+    result = compact(run_cli, volume, "--busy-timeout", "0.3", "--json")
+    assert result.exit_code == 4
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "failed" and "not committed" in outcome["error"]
+    [run] = rows(
+        volume["path"],
+        "SELECT id, status, input_tokens, output_tokens FROM runs WHERE trigger = 'compaction'",
+    )
+    assert run == (outcome["run_id"], "error", 1200, 80)
+    assert rows(volume["path"], "SELECT count(*) FROM messages WHERE folded_by IS NOT NULL") == [
+        (0,)
+    ]
+
+
+def test_result_lines_escape_what_a_server_or_a_chat_user_wrote(run_cli, volume, server):
+    conn = sqlite3.connect(volume["path"])
+    conn.execute(
+        "UPDATE sessions SET conversation_key = ? WHERE id = ?",
+        ("discord:\x1b]52;c;aGk=\x07\nfake line", volume["due"]),
+    )
+    conn.commit()
+    conn.close()
+    server.fault = "html_502"
+    result = compact(run_cli, volume, "--retries", "0")
+    assert "\x1b" not in result.stdout and len(result.stdout.strip().splitlines()) == 1
+    assert "\\x1b]52;c;aGk=\\x07\\nfake line" in result.stdout
+    nl = compact(run_cli, volume, "--nl", "--key", "discord:\x1b]52;c;aGk=\x07\nfake line")
+    assert json.loads(nl.stdout.splitlines()[0])["conversation_key"].startswith("discord:\x1b")

@@ -7,6 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.oracle import expected_fold
 from volumetool.compaction.plan import (
     Message,
     RunFact,
@@ -254,3 +255,31 @@ def test_acceptance_of_a_summary():
         assert "not shorter" in str(exc)
     else:
         raise AssertionError("accepted a longer summary")
+
+
+@settings(max_examples=500)
+@given(transcripts())
+def test_the_fold_is_the_largest_that_parts_no_tool_pair(live):
+    """plan_fold against the oracle written from the SPEC's words (brute force over cuts)."""
+    rows = [(m.id, 1, m.role, m.content, m.tool_calls, m.tool_call_id) for m in live]
+    assert [m.id for m in plan_fold(live).fold] == [r[0] for r in expected_fold(rows)]
+
+
+def test_a_prefix_call_answered_in_a_turn_keeps_that_turn_live():
+    """A call before the first user message stays live, so its result must too."""
+    calls = json.dumps([{"id": "early", "function": {"name": "f"}}])
+    live = [
+        Message(1, "assistant", "", calls),
+        Message(2, "user", "q1"),
+        Message(3, "assistant", "a1"),
+        Message(4, "user", "q2"),
+        Message(5, "tool", "the early result", None, "early"),
+        Message(6, "user", "q3"),
+        Message(7, "user", "q4"),
+        Message(8, "user", "q5"),
+    ]
+    plan = plan_fold(live)
+    assert [m.id for m in plan.fold] == [2, 3]  # not turn 2, which holds the result
+    live[1:1] = [Message(9, "tool", "answered in the first turn", None, "early")]
+    live[1], live[2] = live[2], live[1]  # q1, then the result: turn 1 must stay live too
+    assert plan_fold(live).empty

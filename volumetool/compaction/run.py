@@ -161,8 +161,9 @@ def resolve_endpoint(request: Request, need_key: bool) -> tuple[str | None, Endp
     base_url = base_url or API_DEFAULTS[api][0]
     problem = base_url_problem(base_url, api)
     if problem:
+        shown = base_url.split("?", 1)[0].split("#", 1)[0]  # a query may hold a secret
         raise UnusableInput(
-            f"base_url {escape_control(base_url)!r} cannot work: {problem}",
+            f"base_url {escape_control(shown)!r} cannot work: {problem}",
             "fix model.base_url in the config or --base-url",
         )
     if not need_key:
