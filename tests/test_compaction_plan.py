@@ -15,7 +15,7 @@ from volumetool.compaction.plan import (
     split_turns,
 )
 from volumetool.compaction.summarize import SummaryRejected, accept_summary, render_request
-from volumetool.config import MemorySettings
+from volumetool.settings import MemorySettings
 
 ON = MemorySettings(scope="thread", compact_at_tokens=50_000)
 

@@ -16,8 +16,8 @@ from tests.test_compaction_plan import transcripts
 from tests.volumes import VolumeWriter, table_dump
 from volumetool.compaction.plan import Message, plan_fold, replaced_chars
 from volumetool.compaction.run import Request, compact
-from volumetool.config import AgentConfig, MemorySettings, ModelSettings
 from volumetool.model_client import RetryPolicy
+from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
 
 KEY = "sk-prop-0123456789abcdefghijklmnop"
 # Every fault the server has but those that only wait (hang, and retried 503/429/quota

@@ -147,6 +147,22 @@ CASES = [
         "model-api-key-env",
         [(3, 16, "error", "$.model.api_key_env")],
     ),
+    ("model:\n  name: a\n  auth: basic\n", "model-auth", [(3, 9, "error", "$.model.auth")]),
+    (
+        "model:\n  name: a\n  max_tokens_param: max_output_tokens\n",
+        "model-max-tokens-param",
+        [(3, 21, "error", "$.model.max_tokens_param")],
+    ),
+    (
+        "model:\n  name: a\n  api_version: latest\n",
+        "model-api-version",
+        [(3, 16, "warning", "$.model.api_version")],
+    ),
+    (
+        "model:\n  name: a\n  api: anthropic\n  max_tokens_param: max_tokens\n",
+        "model-no-effect",
+        [(4, 3, "warning", "$.model.max_tokens_param")],
+    ),
     (
         "model:\n  name: a\n  api_key: hunter2\n",
         "literal-secret",
@@ -463,3 +479,118 @@ def test_config_show_and_compact_read_the_config_from_stdin(run_cli, tmp_path):
     path = create_volume(tmp_path / "agent.db", "a")
     result = run_cli("compact", path, "--config", "-", "--dry-run", "--json", input=GOOD)
     assert result.exit_code == 0 and json.loads(result.stdout) == []
+
+
+# -- provider settings (SPEC section 6, "Endpoints") ----------------------------------------
+
+BAD_BASE_URLS = [
+    # (api, base_url, what the message must name, rule)
+    ("openai", "ftp://example.com/v1", "http:// or https://", "model-base-url"),
+    ("openai", "localhost:11434/v1", "http:// or https://", "model-base-url"),
+    ("openai", "http://", "no host", "model-base-url"),
+    ("openai", "http://:8080/v1", "no host", "model-base-url"),
+    ("openai", "http://localhost:99999/v1", "port '99999'", "model-base-url"),
+    ("openai", "http://localhost:0/v1", "port '0'", "model-base-url"),
+    ("openai", "http://localhost:eighty/v1", "port 'eighty'", "model-base-url"),
+    ("openai", "http://[::1/v1", "not a URL", "model-base-url"),
+    ("openai", "http://local host/v1", "space", "model-base-url"),
+    ("anthropic", "https://api.anthropic.com/v1", "/v1/v1/messages", "model-base-url"),
+    ("anthropic", "https://api.anthropic.com/v1/", "/v1/v1/messages", "model-base-url"),
+    (
+        "anthropic",
+        "https://api.anthropic.com/v1/messages",
+        "remove the /v1/messages",
+        "model-base-url",
+    ),
+    (
+        "openai",
+        "https://x.example/v1/chat/completions",
+        "remove the /chat/completions",
+        "model-base-url",
+    ),
+    (
+        "openai",
+        "https://r.openai.azure.com/openai/deployments/d?api-version=2024-10-21",
+        "query string",
+        "model-base-url",
+    ),
+    ("openai", "http://localhost:8000/v1#models", "fragment", "model-base-url"),
+    ("openai", "https://user:hunter2@proxy.example/v1", "password", "literal-secret"),
+    ("anthropic", "https://token@proxy.example", "password", "literal-secret"),
+]
+
+
+@pytest.mark.parametrize(("api", "url", "named", "rule"), BAD_BASE_URLS)
+def test_a_base_url_that_cannot_work_is_an_error_naming_the_problem(api, url, named, rule):
+    text = f"model:\n  name: a\n  api: {api}\n  base_url: {json.dumps(url)}\n"
+    found = [f for f in findings(text) if f.path == "$.model.base_url"]
+    assert [(f.line, f.column, f.severity, f.rule) for f in found] == [(4, 13, "error", rule)]
+    assert named in found[0].message
+    assert "hunter2" not in found[0].message and "token@" not in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("api", "url"),
+    [
+        ("openai", "https://api.openai.com/v1/"),
+        ("openai", "HTTP://LOCALHOST:11434/v1"),
+        ("openai", "http://[::1]:8000/v1"),
+        ("openai", "http://127.0.0.1:4000"),
+        ("openai", "https://api.anthropic.com/v1"),  # /v1 is right for chat completions
+        ("anthropic", "https://api.anthropic.com"),
+        ("anthropic", "https://openrouter.ai/api"),
+        ("anthropic", "http://gateway.internal:8080/anthropic/"),
+    ],
+)
+def test_base_urls_that_work_have_no_finding(api, url):
+    assert findings(f"model:\n  name: a\n  api: {api}\n  base_url: {url}\n") == []
+
+
+def test_an_unquoted_api_version_is_a_date_and_the_message_says_quote_it():
+    found = findings("model:\n  name: a\n  api_version: 2024-10-21\n")
+    assert [(f.rule, f.line, f.column) for f in found] == [("model-key-type", 3, 16)]
+    assert 'quote it: "2024-10-21"' in found[0].message
+
+
+@pytest.mark.parametrize("version", ["2024-10-21", "2025-04-01-preview"])
+def test_azure_api_versions_are_accepted(version):
+    assert findings(f'model:\n  name: a\n  api_version: "{version}"\n') == []
+
+
+def test_config_show_resolves_the_provider_settings(tmp_path, run_cli):
+    path = tmp_path / "a.yaml"
+    path.write_text("model: gpt-4.1\n")
+    model = json.loads(run_cli("config", "show", path, "--json").stdout)["model"]
+    assert (model["max_tokens_param"], model["auth"], model["api_version"]) == (
+        "max_tokens",
+        "bearer",
+        None,
+    )
+    path.write_text("model:\n  name: claude-sonnet-4-5\n  api: anthropic\n")
+    assert json.loads(run_cli("config", "show", path, "--json").stdout)["model"]["auth"] == (
+        "x-api-key"
+    )
+    path.write_text(
+        "model:\n  name: o4-mini\n  max_tokens_param: max_completion_tokens\n  auth: api-key\n"
+        '  api_version: "2024-10-21"\n'
+    )
+    result = run_cli("config", "show", path)
+    assert result.exit_code == 0
+    shown = yaml.safe_load(result.stdout)["model"]
+    assert (shown["max_tokens_param"], shown["auth"], shown["api_version"]) == (
+        "max_completion_tokens",
+        "api-key",
+        "2024-10-21",
+    )
+
+
+def test_json_schema_describes_the_provider_settings(run_cli):
+    schema = json.loads(run_cli("validate", "--schema").stdout)
+    model = schema["properties"]["model"]["oneOf"][1]["properties"]
+    assert model["max_tokens_param"]["enum"] == ["max_tokens", "max_completion_tokens"]
+    assert model["max_tokens_param"]["default"] == "max_tokens"
+    assert set(model["auth"]["enum"]) == {"bearer", "api-key", "x-api-key"}
+    assert model["api_version"]["type"] == "string"
+    validator = jsonschema.Draft202012Validator(schema)
+    assert list(validator.iter_errors({"model": {"name": "a", "auth": "api-key"}})) == []
+    assert len(list(validator.iter_errors({"model": {"name": "a", "auth": "basic"}}))) == 1

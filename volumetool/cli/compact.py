@@ -105,8 +105,9 @@ def compact(
     """
     from volumetool.compaction.run import OUTCOME_FIELDS, Request
     from volumetool.compaction.run import compact as run
-    from volumetool.config import AgentConfig, MemorySettings, load_config
+    from volumetool.config import load_config
     from volumetool.model_client import RetryPolicy
+    from volumetool.settings import AgentConfig, MemorySettings
 
     config = (
         load_config(config_file)

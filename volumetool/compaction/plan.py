@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from volumetool.config import MemorySettings
+from volumetool.settings import MemorySettings
 
 MIN_LIVE_TURNS = 3
 KEPT_TURNS = 2

@@ -33,7 +33,6 @@ from volumetool.compaction.summarize import (
     accept_summary,
     render_request,
 )
-from volumetool.config import API_DEFAULTS, AgentConfig
 from volumetool.errors import (
     Busy,
     ProblemsFound,
@@ -43,6 +42,7 @@ from volumetool.errors import (
     worst_exit_code,
 )
 from volumetool.model_client import Endpoint, ModelClient, ModelError, RetryPolicy, Usage
+from volumetool.settings import API_DEFAULTS, AgentConfig
 from volumetool.timefmt import now_iso
 from volumetool.volume import Volume, resolve, volume_lock
 

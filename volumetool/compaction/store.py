@@ -10,8 +10,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from volumetool.compaction.plan import Due, Message, RunFact, check_due
-from volumetool.config import MemorySettings
 from volumetool.model_client import Usage
+from volumetool.settings import MemorySettings
 
 
 @dataclass(frozen=True)
