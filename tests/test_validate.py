@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import string
+import subprocess
+import sys
 
 import jsonschema
 import pytest
@@ -594,3 +597,54 @@ def test_json_schema_describes_the_provider_settings(run_cli):
     validator = jsonschema.Draft202012Validator(schema)
     assert list(validator.iter_errors({"model": {"name": "a", "auth": "api-key"}})) == []
     assert len(list(validator.iter_errors({"model": {"name": "a", "auth": "basic"}}))) == 1
+
+
+# -- what a directory holds ------------------------------------------------------------------
+
+
+def validate_process(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "volumetool", "validate", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "GITHUB_ACTIONS": ""},
+        **kw,
+    )
+
+
+def finished(process: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
+    """stdout and stderr of a validate run, which fails (and is killed) if it hangs."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+
+
+def test_a_fifo_in_a_directory_is_skipped_not_waited_on(tmp_path):
+    (tmp_path / "good.yaml").write_text(GOOD)
+    os.mkfifo(tmp_path / "x.yaml")
+    process = validate_process(str(tmp_path))
+    _, err = finished(process)
+    assert process.returncode == 0, err
+    assert "1 file checked" in err
+
+
+def test_a_fifo_or_dev_fd_given_by_name_is_read(tmp_path):
+    fifo = tmp_path / "x.yaml"
+    os.mkfifo(fifo)
+    process = validate_process(str(fifo))
+    with open(fifo, "w") as writer:  # opens once validate opens it for reading
+        writer.write("memory:\n  scope: everything\n")
+    out, _ = finished(process)
+    assert process.returncode == 1
+    assert out.startswith(f"{fifo}:2:10: error:")
+    read, write = os.pipe()
+    os.write(write, b"memory:\n  scope: everything\n")
+    os.close(write)
+    process = validate_process(f"/dev/fd/{read}", pass_fds=(read,))
+    os.close(read)
+    out, _ = finished(process)
+    assert process.returncode == 1 and "[scope-value]" in out

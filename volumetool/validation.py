@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,17 +65,28 @@ class Report:
 
 
 def config_files(paths: Iterable[str]) -> Iterator[str]:
-    """The files to check: files as given, directories recursed for *.yaml/*.yml (sorted,
-    hidden directories skipped), and `-` for stdin."""
+    """The files to check: paths as given (a FIFO or /dev/fd/N too), directories recursed for
+    *.yaml/*.yml (sorted, hidden directories skipped), and `-` for stdin. In a directory only
+    regular files count: reading a FIFO named x.yaml would wait forever for a writer."""
     for path in paths:
         if path != "-" and os.path.isdir(path):
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(files):
-                    if name.endswith(CONFIG_SUFFIXES):
-                        yield os.path.join(root, name)
+                    found = os.path.join(root, name)
+                    if name.endswith(CONFIG_SUFFIXES) and not _special_file(found):
+                        yield found
         else:
             yield path
+
+
+def _special_file(path: str) -> bool:
+    """A FIFO, socket or device (a link's target counts). A path that cannot be looked at is
+    not special: reading it reports why."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def check_paths(
