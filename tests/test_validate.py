@@ -587,6 +587,15 @@ def test_config_show_resolves_the_provider_settings(tmp_path, run_cli):
     )
 
 
+def test_config_show_prints_warnings_on_stderr(tmp_path, run_cli):
+    path = tmp_path / "a.yaml"
+    path.write_text("model:\n  name: a\n  api: anthropic\n  max_tokens_param: max_tokens\n")
+    result = run_cli("config", "show", path)
+    assert result.exit_code == 0
+    assert f"{path}:4:3: warning: $.model.max_tokens_param: " in result.stderr
+    assert "[model-no-effect]" in result.stderr
+
+
 def test_json_schema_describes_the_provider_settings(run_cli):
     schema = json.loads(run_cli("validate", "--schema").stdout)
     model = schema["properties"]["model"]["oneOf"][1]["properties"]
@@ -648,3 +657,12 @@ def test_a_fifo_or_dev_fd_given_by_name_is_read(tmp_path):
     os.close(read)
     out, _ = finished(process)
     assert process.returncode == 1 and "[scope-value]" in out
+
+
+def test_control_characters_in_file_names_are_escaped_in_text_output(tmp_path, run_cli):
+    path = tmp_path / "a\x1b]52;c;x\x07.yaml"
+    path.write_text("memory:\n  scope: everything\n")
+    result = run_cli("validate", tmp_path)
+    assert "\x1b" not in result.stdout and "\\x1b]52" in result.stdout
+    as_json = json.loads(run_cli("validate", "--format", "json", tmp_path).stdout)
+    assert as_json["findings"][0]["file"] == str(path)  # machine formats stay exact

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from volumetool import __version__
 from volumetool.config import DEFAULT_MAX_BYTES, RULES, Finding, check_source, read_source
+from volumetool.render import escape_control
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -113,8 +114,11 @@ def check_paths(
 
 
 def text_line(f: Finding) -> str:
+    """One finding for a person: control characters from the file name or the config escaped."""
     where = f"{f.path}: " if f.path else ""
-    return f"{f.file}:{f.line}:{f.column}: {f.severity}: {where}{f.message} [{f.rule}]"
+    return escape_control(
+        f"{f.file}:{f.line}:{f.column}: {f.severity}: {where}{f.message} [{f.rule}]"
+    )
 
 
 def write_text(report: Report, out: TextIO) -> None:
@@ -141,8 +145,9 @@ def write_json(report: Report, out: TextIO) -> None:
 
 
 def _escape_data(text: str) -> str:
-    """Escaping of a workflow command's message, as @actions/core does it."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """Escaping of a workflow command's message. @actions/core writes % as %25 and CR, LF as
+    %0D, %0A; here every control character is already an escape (no CR or LF is left)."""
+    return escape_control(text).replace("%", "%25")
 
 
 def _escape_property(text: str) -> str:
