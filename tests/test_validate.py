@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import string
 import subprocess
 import sys
@@ -606,6 +607,43 @@ def test_json_schema_describes_the_provider_settings(run_cli):
     validator = jsonschema.Draft202012Validator(schema)
     assert list(validator.iter_errors({"model": {"name": "a", "auth": "api-key"}})) == []
     assert len(list(validator.iter_errors({"model": {"name": "a", "auth": "basic"}}))) == 1
+
+
+# -- the README says what the code does -------------------------------------------------------
+
+README = __import__("pathlib").Path(__file__).parent.parent / "README.md"
+
+
+def readme_section(heading: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n{heading}\n")
+    level = heading.split(" ")[0]
+    rest = text[start + len(heading) + 2 :]
+    ends = [rest.find(f"\n{'#' * n} ") for n in range(1, len(level) + 1)]
+    return rest[: min((e for e in ends if e >= 0), default=len(rest))]
+
+
+def test_the_readme_rule_table_is_the_rules():
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \| (\w+) \| (.*) \|$", README.read_text(), re.M)
+    assert rows == [(rule, severity, text) for rule, (severity, text) in RULES.items()]
+
+
+def test_every_provider_example_in_the_readme_validates_cleanly():
+    blocks = re.findall(r"```yaml\n(.*?)```", readme_section("### Providers"), re.S)
+    assert len(blocks) >= 8
+    models = []
+    for block in blocks:
+        found = findings(block)
+        assert [f for f in found if f.severity != "note"] == [], (block, found)
+        models.append(check_source(block.encode(), "readme")[1].model)
+    shapes = {(m.api, m.auth, m.max_tokens_param, m.api_version is not None) for m in models}
+    assert ("openai", "bearer", "max_tokens", False) in shapes  # OpenAI, Ollama, vLLM, LiteLLM
+    assert ("openai", "bearer", "max_completion_tokens", False) in shapes  # reasoning model
+    assert ("openai", "api-key", "max_tokens", True) in shapes  # Azure OpenAI
+    assert ("anthropic", "x-api-key", "max_tokens", False) in shapes  # Anthropic
+    assert ("anthropic", "bearer", "max_tokens", False) in shapes  # OpenRouter
+    urls = {m.base_url for m in models}
+    assert {"http://localhost:11434/v1", "http://localhost:8000/v1"} <= urls  # Ollama, vLLM
 
 
 # -- what a directory holds ------------------------------------------------------------------
