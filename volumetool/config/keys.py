@@ -51,7 +51,7 @@ API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class At:
     """The key being checked: its name, key node and path, the block's values so far
     (defaults filled in), and where findings go."""

@@ -19,6 +19,7 @@ from volumetool.config.report import Where
 
 Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DEPTH = 100
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 STR, INT, BOOL, NULL, FLOAT, MERGE, TIMESTAMP = (
     f"tag:yaml.org,2002:{name}"
     for name in ("str", "int", "bool", "null", "float", "merge", "timestamp")
@@ -30,7 +31,7 @@ Report = Callable[[Where, str, str, str], None]  # (where, rule, message, path)
 
 def key_path(parent: str, key: str) -> str:
     """`$.memory.scope`, or `$.memory['odd key']` for a key that is not an identifier."""
-    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key):
+    if _PLAIN_KEY.fullmatch(key):
         return f"{parent}.{key}"
     return f"{parent}[{key!r}]"
 
