@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from volumetool.config import RULES, Loader, _Checker, check_source
+from volumetool.settings import base_url_problem
 
 GOOD = """\
 name: bot
@@ -468,6 +469,47 @@ def test_memory_mappings_never_crash_and_accepted_configs_resolve(block, with_mo
         threshold = effective["memory"]["compact_at_tokens"]
         assert threshold is False or (isinstance(threshold, int) and threshold >= 1)
         assert effective["memory"]["scope"] in ("thread", "none")
+
+
+def model_value(*values: str):
+    return st.one_of(st.sampled_from(values), scalars)
+
+
+model_blocks = st.fixed_dictionaries(
+    {"name": st.just("gpt-4.1")},
+    optional={
+        "api": model_value("openai", "anthropic", "azure"),
+        "base_url": model_value(
+            "https://api.anthropic.com/v1",
+            "https://api.anthropic.com",
+            "http://localhost:11434/v1",
+            "http://[::1",
+            "http://h:99999",
+            "https://u:p@h",
+            "'https://h/v1?api-version=1'",
+        ),
+        "auth": model_value("bearer", "api-key", "x-api-key", "basic"),
+        "max_tokens_param": model_value("max_tokens", "max_completion_tokens"),
+        "api_version": model_value('"2024-10-21"', "2024-10-21", "v1"),
+        "x": scalars,
+    },
+)
+
+
+@settings(max_examples=400)
+@given(model_blocks)
+def test_model_mappings_never_crash_and_accepted_ones_can_be_used(block):
+    text = "model:\n" + "".join(f"  {k}: {v}\n" for k, v in block.items())
+    data = text.encode()
+    result, config = check_source(data, "f.yaml")
+    for finding in result:
+        assert inside(finding, data), (finding, text)
+    if config is not None:
+        model = config.model
+        assert model.api in ("openai", "anthropic")
+        assert model.auth in ("bearer", "api-key", "x-api-key")
+        assert model.max_tokens_param in ("max_tokens", "max_completion_tokens")
+        assert base_url_problem(model.base_url, model.api) is None
 
 
 def test_nesting_deeper_than_volumetool_reads_is_a_finding():
