@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import string
+import subprocess
+import sys
 
 import jsonschema
 import pytest
@@ -12,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from volumetool.config import RULES, Loader, _Checker, check_source
+from volumetool.settings import base_url_problem
 
 GOOD = """\
 name: bot
@@ -146,6 +151,22 @@ CASES = [
         "model:\n  name: a\n  api_key_env: my key\n",
         "model-api-key-env",
         [(3, 16, "error", "$.model.api_key_env")],
+    ),
+    ("model:\n  name: a\n  auth: basic\n", "model-auth", [(3, 9, "error", "$.model.auth")]),
+    (
+        "model:\n  name: a\n  max_tokens_param: max_output_tokens\n",
+        "model-max-tokens-param",
+        [(3, 21, "error", "$.model.max_tokens_param")],
+    ),
+    (
+        "model:\n  name: a\n  api_version: latest\n",
+        "model-api-version",
+        [(3, 16, "warning", "$.model.api_version")],
+    ),
+    (
+        "model:\n  name: a\n  api: anthropic\n  max_tokens_param: max_tokens\n",
+        "model-no-effect",
+        [(4, 3, "warning", "$.model.max_tokens_param")],
     ),
     (
         "model:\n  name: a\n  api_key: hunter2\n",
@@ -450,6 +471,47 @@ def test_memory_mappings_never_crash_and_accepted_configs_resolve(block, with_mo
         assert effective["memory"]["scope"] in ("thread", "none")
 
 
+def model_value(*values: str):
+    return st.one_of(st.sampled_from(values), scalars)
+
+
+model_blocks = st.fixed_dictionaries(
+    {"name": st.just("gpt-4.1")},
+    optional={
+        "api": model_value("openai", "anthropic", "azure"),
+        "base_url": model_value(
+            "https://api.anthropic.com/v1",
+            "https://api.anthropic.com",
+            "http://localhost:11434/v1",
+            "http://[::1",
+            "http://h:99999",
+            "https://u:p@h",
+            "'https://h/v1?api-version=1'",
+        ),
+        "auth": model_value("bearer", "api-key", "x-api-key", "basic"),
+        "max_tokens_param": model_value("max_tokens", "max_completion_tokens"),
+        "api_version": model_value('"2024-10-21"', "2024-10-21", "v1"),
+        "x": scalars,
+    },
+)
+
+
+@settings(max_examples=400)
+@given(model_blocks)
+def test_model_mappings_never_crash_and_accepted_ones_can_be_used(block):
+    text = "model:\n" + "".join(f"  {k}: {v}\n" for k, v in block.items())
+    data = text.encode()
+    result, config = check_source(data, "f.yaml")
+    for finding in result:
+        assert inside(finding, data), (finding, text)
+    if config is not None:
+        model = config.model
+        assert model.api in ("openai", "anthropic")
+        assert model.auth in ("bearer", "api-key", "x-api-key")
+        assert model.max_tokens_param in ("max_tokens", "max_completion_tokens")
+        assert base_url_problem(model.base_url, model.api) is None
+
+
 def test_nesting_deeper_than_volumetool_reads_is_a_finding():
     deep = findings("a: " + "[" * 150 + "]" * 150 + "\n")
     assert [(f.rule, f.line) for f in deep] == [("yaml-too-deep", 1)]
@@ -463,3 +525,224 @@ def test_config_show_and_compact_read_the_config_from_stdin(run_cli, tmp_path):
     path = create_volume(tmp_path / "agent.db", "a")
     result = run_cli("compact", path, "--config", "-", "--dry-run", "--json", input=GOOD)
     assert result.exit_code == 0 and json.loads(result.stdout) == []
+
+
+# -- provider settings (SPEC section 6, "Endpoints") ----------------------------------------
+
+BAD_BASE_URLS = [
+    # (api, base_url, what the message must name, rule)
+    ("openai", "ftp://example.com/v1", "http:// or https://", "model-base-url"),
+    ("openai", "localhost:11434/v1", "http:// or https://", "model-base-url"),
+    ("openai", "http://", "no host", "model-base-url"),
+    ("openai", "http://:8080/v1", "no host", "model-base-url"),
+    ("openai", "http://localhost:99999/v1", "port '99999'", "model-base-url"),
+    ("openai", "http://localhost:0/v1", "port '0'", "model-base-url"),
+    ("openai", "http://localhost:eighty/v1", "port 'eighty'", "model-base-url"),
+    ("openai", "http://[::1/v1", "not a URL", "model-base-url"),
+    ("openai", "http://local host/v1", "space", "model-base-url"),
+    ("anthropic", "https://api.anthropic.com/v1", "/v1/v1/messages", "model-base-url"),
+    ("anthropic", "https://api.anthropic.com/v1/", "/v1/v1/messages", "model-base-url"),
+    (
+        "anthropic",
+        "https://api.anthropic.com/v1/messages",
+        "remove the /v1/messages",
+        "model-base-url",
+    ),
+    (
+        "openai",
+        "https://x.example/v1/chat/completions",
+        "remove the /chat/completions",
+        "model-base-url",
+    ),
+    (
+        "openai",
+        "https://r.openai.azure.com/openai/deployments/d?api-version=2024-10-21",
+        "query string",
+        "model-base-url",
+    ),
+    ("openai", "http://localhost:8000/v1#models", "fragment", "model-base-url"),
+    ("openai", "https://user:hunter2@proxy.example/v1", "password", "literal-secret"),
+    ("anthropic", "https://token@proxy.example", "password", "literal-secret"),
+]
+
+
+@pytest.mark.parametrize(("api", "url", "named", "rule"), BAD_BASE_URLS)
+def test_a_base_url_that_cannot_work_is_an_error_naming_the_problem(api, url, named, rule):
+    text = f"model:\n  name: a\n  api: {api}\n  base_url: {json.dumps(url)}\n"
+    found = [f for f in findings(text) if f.path == "$.model.base_url"]
+    assert [(f.line, f.column, f.severity, f.rule) for f in found] == [(4, 13, "error", rule)]
+    assert named in found[0].message
+    assert "hunter2" not in found[0].message and "token@" not in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("api", "url"),
+    [
+        ("openai", "https://api.openai.com/v1/"),
+        ("openai", "HTTP://LOCALHOST:11434/v1"),
+        ("openai", "http://[::1]:8000/v1"),
+        ("openai", "http://127.0.0.1:4000"),
+        ("openai", "https://api.anthropic.com/v1"),  # /v1 is right for chat completions
+        ("anthropic", "https://api.anthropic.com"),
+        ("anthropic", "https://openrouter.ai/api"),
+        ("anthropic", "http://gateway.internal:8080/anthropic/"),
+    ],
+)
+def test_base_urls_that_work_have_no_finding(api, url):
+    assert findings(f"model:\n  name: a\n  api: {api}\n  base_url: {url}\n") == []
+
+
+def test_an_unquoted_api_version_is_a_date_and_the_message_says_quote_it():
+    found = findings("model:\n  name: a\n  api_version: 2024-10-21\n")
+    assert [(f.rule, f.line, f.column) for f in found] == [("model-key-type", 3, 16)]
+    assert 'quote it: "2024-10-21"' in found[0].message
+
+
+@pytest.mark.parametrize("version", ["2024-10-21", "2025-04-01-preview"])
+def test_azure_api_versions_are_accepted(version):
+    assert findings(f'model:\n  name: a\n  api_version: "{version}"\n') == []
+
+
+def test_config_show_resolves_the_provider_settings(tmp_path, run_cli):
+    path = tmp_path / "a.yaml"
+    path.write_text("model: gpt-4.1\n")
+    model = json.loads(run_cli("config", "show", path, "--json").stdout)["model"]
+    assert (model["max_tokens_param"], model["auth"], model["api_version"]) == (
+        "max_tokens",
+        "bearer",
+        None,
+    )
+    path.write_text("model:\n  name: claude-sonnet-4-5\n  api: anthropic\n")
+    assert json.loads(run_cli("config", "show", path, "--json").stdout)["model"]["auth"] == (
+        "x-api-key"
+    )
+    path.write_text(
+        "model:\n  name: o4-mini\n  max_tokens_param: max_completion_tokens\n  auth: api-key\n"
+        '  api_version: "2024-10-21"\n'
+    )
+    result = run_cli("config", "show", path)
+    assert result.exit_code == 0
+    shown = yaml.safe_load(result.stdout)["model"]
+    assert (shown["max_tokens_param"], shown["auth"], shown["api_version"]) == (
+        "max_completion_tokens",
+        "api-key",
+        "2024-10-21",
+    )
+
+
+def test_config_show_prints_warnings_on_stderr(tmp_path, run_cli):
+    path = tmp_path / "a.yaml"
+    path.write_text("model:\n  name: a\n  api: anthropic\n  max_tokens_param: max_tokens\n")
+    result = run_cli("config", "show", path)
+    assert result.exit_code == 0
+    assert f"{path}:4:3: warning: $.model.max_tokens_param: " in result.stderr
+    assert "[model-no-effect]" in result.stderr
+
+
+def test_json_schema_describes_the_provider_settings(run_cli):
+    schema = json.loads(run_cli("validate", "--schema").stdout)
+    model = schema["properties"]["model"]["oneOf"][1]["properties"]
+    assert model["max_tokens_param"]["enum"] == ["max_tokens", "max_completion_tokens"]
+    assert model["max_tokens_param"]["default"] == "max_tokens"
+    assert set(model["auth"]["enum"]) == {"bearer", "api-key", "x-api-key"}
+    assert model["api_version"]["type"] == "string"
+    validator = jsonschema.Draft202012Validator(schema)
+    assert list(validator.iter_errors({"model": {"name": "a", "auth": "api-key"}})) == []
+    assert len(list(validator.iter_errors({"model": {"name": "a", "auth": "basic"}}))) == 1
+
+
+# -- the README says what the code does -------------------------------------------------------
+
+README = __import__("pathlib").Path(__file__).parent.parent / "README.md"
+
+
+def readme_section(heading: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n{heading}\n")
+    level = heading.split(" ")[0]
+    rest = text[start + len(heading) + 2 :]
+    ends = [rest.find(f"\n{'#' * n} ") for n in range(1, len(level) + 1)]
+    return rest[: min((e for e in ends if e >= 0), default=len(rest))]
+
+
+def test_the_readme_rule_table_is_the_rules():
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \| (\w+) \| (.*) \|$", README.read_text(), re.M)
+    assert rows == [(rule, severity, text) for rule, (severity, text) in RULES.items()]
+
+
+def test_every_provider_example_in_the_readme_validates_cleanly():
+    blocks = re.findall(r"```yaml\n(.*?)```", readme_section("### Providers"), re.S)
+    assert len(blocks) >= 8
+    models = []
+    for block in blocks:
+        found = findings(block)
+        assert [f for f in found if f.severity != "note"] == [], (block, found)
+        models.append(check_source(block.encode(), "readme")[1].model)
+    shapes = {(m.api, m.auth, m.max_tokens_param, m.api_version is not None) for m in models}
+    assert ("openai", "bearer", "max_tokens", False) in shapes  # OpenAI, Ollama, vLLM, LiteLLM
+    assert ("openai", "bearer", "max_completion_tokens", False) in shapes  # reasoning model
+    assert ("openai", "api-key", "max_tokens", True) in shapes  # Azure OpenAI
+    assert ("anthropic", "x-api-key", "max_tokens", False) in shapes  # Anthropic
+    assert ("anthropic", "bearer", "max_tokens", False) in shapes  # OpenRouter
+    urls = {m.base_url for m in models}
+    assert {"http://localhost:11434/v1", "http://localhost:8000/v1"} <= urls  # Ollama, vLLM
+
+
+# -- what a directory holds ------------------------------------------------------------------
+
+
+def validate_process(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "volumetool", "validate", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "GITHUB_ACTIONS": ""},
+        **kw,
+    )
+
+
+def finished(process: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
+    """stdout and stderr of a validate run, which fails (and is killed) if it hangs."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+
+
+def test_a_fifo_in_a_directory_is_skipped_not_waited_on(tmp_path):
+    (tmp_path / "good.yaml").write_text(GOOD)
+    os.mkfifo(tmp_path / "x.yaml")
+    process = validate_process(str(tmp_path))
+    _, err = finished(process)
+    assert process.returncode == 0, err
+    assert "1 file checked" in err
+
+
+def test_a_fifo_or_dev_fd_given_by_name_is_read(tmp_path):
+    fifo = tmp_path / "x.yaml"
+    os.mkfifo(fifo)
+    process = validate_process(str(fifo))
+    with open(fifo, "w") as writer:  # opens once validate opens it for reading
+        writer.write("memory:\n  scope: everything\n")
+    out, _ = finished(process)
+    assert process.returncode == 1
+    assert out.startswith(f"{fifo}:2:10: error:")
+    read, write = os.pipe()
+    os.write(write, b"memory:\n  scope: everything\n")
+    os.close(write)
+    process = validate_process(f"/dev/fd/{read}", pass_fds=(read,))
+    os.close(read)
+    out, _ = finished(process)
+    assert process.returncode == 1 and "[scope-value]" in out
+
+
+def test_control_characters_in_file_names_are_escaped_in_text_output(tmp_path, run_cli):
+    path = tmp_path / "a\x1b]52;c;x\x07.yaml"
+    path.write_text("memory:\n  scope: everything\n")
+    result = run_cli("validate", tmp_path)
+    assert "\x1b" not in result.stdout and "\\x1b]52" in result.stdout
+    as_json = json.loads(run_cli("validate", "--format", "json", tmp_path).stdout)
+    assert as_json["findings"][0]["file"] == str(path)  # machine formats stay exact

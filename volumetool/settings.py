@@ -1,32 +1,174 @@
-"""Temporary shim until the config refactor lands: the settings dataclasses."""
+"""The effective `memory:` and `model:` settings of an agent config, and the pure rules about
+them that more than the config checker needs (a base_url that cannot work).
+
+Nothing here reads a file or imports YAML, click or httpx: the pure compaction core takes these
+settings as plain data. Each default is written once, here; the config checker's key table
+reads them from these dataclasses.
+"""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from volumetool.config import (  # noqa: F401
-    API_DEFAULTS,
-    DEFAULT_THRESHOLD,
-    AgentConfig,
-    MemorySettings,
-    ModelSettings,
-)
+DEFAULT_THRESHOLD = 50_000
+
+
+class ApiDefaults(NamedTuple):
+    """What an api means, and what a model: block of that api leaves out."""
+
+    base_url: str
+    api_key_env: str
+    auth: str
+    path: str  # appended to base_url for one request
+    called: str  # what the API is called, for messages
+
+
+API_DEFAULTS: dict[str, ApiDefaults] = {
+    "openai": ApiDefaults(
+        "https://api.openai.com/v1",
+        "OPENAI_API_KEY",
+        "bearer",
+        "/chat/completions",
+        "chat completions",
+    ),
+    "anthropic": ApiDefaults(
+        "https://api.anthropic.com", "ANTHROPIC_API_KEY", "x-api-key", "/v1/messages", "messages"
+    ),
+}
+# The choices of the enumerated settings, with what each means (for messages and the JSON
+# Schema). An auth scheme is the header the key travels in.
+SCOPES = ("thread", "none")
+APIS = {api: defaults.called for api, defaults in API_DEFAULTS.items()}
+AUTH_HEADERS = {
+    "bearer": "Authorization: Bearer KEY",
+    "api-key": "api-key: KEY, as Azure OpenAI wants",
+    "x-api-key": "x-api-key: KEY, as Anthropic wants",
+}
+MAX_TOKENS_PARAMS = {
+    "max_tokens": "most chat models",
+    "max_completion_tokens": "OpenAI reasoning models such as o4-mini",
+}
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    scope: str = "none"
+    persistent: bool = False
+    compact_at_tokens: int | None = DEFAULT_THRESHOLD  # None: compaction disabled
+
+    @property
+    def compaction_enabled(self) -> bool:
+        return self.scope == "thread" and self.compact_at_tokens is not None
+
+    def as_dict(self) -> dict:
+        shown = asdict(self)
+        if self.compact_at_tokens is None:
+            shown["compact_at_tokens"] = False  # as the config spells it
+        return shown
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The model: block. base_url, api_key_env and auth left as None take the api's defaults."""
+
+    name: str | None = None
+    small: str | None = None
+    api: str = "openai"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_tokens_param: str = "max_tokens"  # the request field that carries the output limit
+    auth: str | None = None  # a key of AUTH_HEADERS
+    api_version: str | None = None  # sent as the api-version query parameter when set
+
+    def __post_init__(self) -> None:
+        defaults = API_DEFAULTS.get(self.api, API_DEFAULTS["openai"])
+        for name in ("base_url", "api_key_env", "auth"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(defaults, name))
+
+    @property
+    def summary_model(self) -> str | None:
+        """The model that writes compaction summaries: model.small, else model.name."""
+        return self.small or self.name
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    memory: MemorySettings = field(default_factory=MemorySettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+
+    def as_dict(self) -> dict:
+        """What `config show --json` prints: both blocks with defaults filled in, and what
+        compaction will do with them."""
+        enabled = self.memory.compaction_enabled
+        return {
+            "memory": self.memory.as_dict(),
+            "model": self.model.as_dict(),
+            "compaction": {
+                "enabled": enabled,
+                "threshold": self.memory.compact_at_tokens if enabled else None,
+                "summary_model": self.model.summary_model if enabled else None,
+            },
+        }
 
 
 def base_url_problem(url: str, api: str) -> str | None:
+    """Why requests to `url` (a model.base_url or --base-url) cannot work with `api`, in one
+    line that never repeats the URL (it may carry a password); None when it can work."""
+    if not url[:8].lower().startswith(("http://", "https://")):
+        return "base_url must be an http:// or https:// URL"
+    if any(char.isspace() or not char.isprintable() for char in url):
+        return "base_url contains a space or a control character"
     try:
         parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        return f"not a URL ({exc})"
-    if parts.scheme not in ("http", "https"):
-        return "not an http:// or https:// URL"
+    except ValueError:  # http://[::1 and other broken [IPv6] hosts
+        return "base_url is not a URL: its [IPv6 address] is not closed or not valid"
+    if url_has_credentials(url):
+        return (
+            "base_url carries a user name or password (user:password@); put the key in the "
+            "environment and name it with model.api_key_env"
+        )
     if not parts.hostname:
-        return "no host"
-    if port is not None and not 1 <= port <= 65535:
-        return "port outside 1-65535"
-    if parts.query or parts.fragment:
-        return "a query string"
-    if api == "anthropic" and parts.path.rstrip("/").endswith("/v1"):
-        return "ends in /v1"
+        return "base_url has no host"
+    port = parts.netloc.rpartition("]")[2].partition(":")[2]
+    if port and not _is_port(port):
+        return f"base_url has port {port!r}; a port is a number from 1 to 65535"
+    if "?" in url or "#" in url:
+        return (
+            "base_url has a query string or fragment (? or #), and request paths are appended "
+            "to it; set model.api_version for api-version"
+        )
+    return _doubled_path(parts.path.rstrip("/"), api)
+
+
+def _is_port(text: str) -> bool:
+    digits = text.lstrip("0")
+    return text.isascii() and text.isdigit() and len(digits) <= 5 and 1 <= int(digits or 0) <= 65535
+
+
+def _doubled_path(path: str, api: str) -> str | None:
+    """A base_url path that already ends in (the start of) what the client appends."""
+    appended = API_DEFAULTS[api].path if api in API_DEFAULTS else ""
+    segments = appended.split("/")[1:]
+    for n in range(len(segments), 0, -1):
+        start = "/" + "/".join(segments[:n])
+        if path.endswith(start):
+            return (
+                f"base_url ends in {start}, and {appended} is appended to it for api: {api} "
+                f"(POST …{start}{appended}); remove the {start}"
+            )
     return None
+
+
+def url_has_credentials(url: str) -> bool:
+    """Whether a URL carries user:password@ (a literal secret in a config)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return "@" in parts.netloc

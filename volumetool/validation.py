@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from urllib.parse import quote
 
 from volumetool import __version__
 from volumetool.config import DEFAULT_MAX_BYTES, RULES, Finding, check_source, read_source
+from volumetool.render import escape_control
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -64,17 +66,28 @@ class Report:
 
 
 def config_files(paths: Iterable[str]) -> Iterator[str]:
-    """The files to check: files as given, directories recursed for *.yaml/*.yml (sorted,
-    hidden directories skipped), and `-` for stdin."""
+    """The files to check: paths as given (a FIFO or /dev/fd/N too), directories recursed for
+    *.yaml/*.yml (sorted, hidden directories skipped), and `-` for stdin. In a directory only
+    regular files count: reading a FIFO named x.yaml would wait forever for a writer."""
     for path in paths:
         if path != "-" and os.path.isdir(path):
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(files):
-                    if name.endswith(CONFIG_SUFFIXES):
-                        yield os.path.join(root, name)
+                    found = os.path.join(root, name)
+                    if name.endswith(CONFIG_SUFFIXES) and not _special_file(found):
+                        yield found
         else:
             yield path
+
+
+def _special_file(path: str) -> bool:
+    """A FIFO, socket or device (a link's target counts). A path that cannot be looked at is
+    not special: reading it reports why."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def check_paths(
@@ -101,8 +114,11 @@ def check_paths(
 
 
 def text_line(f: Finding) -> str:
+    """One finding for a person: control characters from the file name or the config escaped."""
     where = f"{f.path}: " if f.path else ""
-    return f"{f.file}:{f.line}:{f.column}: {f.severity}: {where}{f.message} [{f.rule}]"
+    return escape_control(
+        f"{f.file}:{f.line}:{f.column}: {f.severity}: {where}{f.message} [{f.rule}]"
+    )
 
 
 def write_text(report: Report, out: TextIO) -> None:
@@ -129,8 +145,9 @@ def write_json(report: Report, out: TextIO) -> None:
 
 
 def _escape_data(text: str) -> str:
-    """Escaping of a workflow command's message, as @actions/core does it."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """Escaping of a workflow command's message. @actions/core writes % as %25 and CR, LF as
+    %0D, %0A; here every control character is already an escape (no CR or LF is left)."""
+    return escape_control(text).replace("%", "%25")
 
 
 def _escape_property(text: str) -> str:

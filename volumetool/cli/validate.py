@@ -55,6 +55,7 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, schema) -> None:
     if not paths:
         raise click.UsageError("give at least one PATH (a file, a directory, or - for stdin)")
     from volumetool.config import DEFAULT_MAX_BYTES
+    from volumetool.render import escape_control
     from volumetool.validation import WRITERS, check_paths
 
     if fmt is None:
@@ -65,7 +66,10 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, schema) -> None:
     WRITERS[fmt](report, sys.stdout)
     for result in report.files:
         if result.unreadable:
-            click.echo(f"volumetool: {result.file}: cannot read ({result.unreadable})", err=True)
+            click.echo(
+                escape_control(f"volumetool: {result.file}: cannot read ({result.unreadable})"),
+                err=True,
+            )
     if fmt in ("text", "github"):
         click.echo(f"volumetool: {report.summary()}", err=True)
     sys.exit(report.exit_code)
@@ -81,7 +85,7 @@ def config() -> None:
 @click.option("--json", "as_json", is_flag=True, help="The settings as one JSON object.")
 def show(file: str, as_json: bool) -> None:
     """The effective memory: and model: settings, defaults filled in, and which model will
-    write compaction summaries. Exit 1 when the file has errors.
+    write compaction summaries; findings go to stderr. Exit 1 when the file has errors.
 
     \b
     Example:
@@ -89,6 +93,7 @@ def show(file: str, as_json: bool) -> None:
     """
     from volumetool.config import check_source, read_source
     from volumetool.errors import ProblemsFound, UnusableInput
+    from volumetool.render import escape_control
     from volumetool.validation import text_line
 
     try:
@@ -96,9 +101,9 @@ def show(file: str, as_json: bool) -> None:
     except OSError as exc:
         raise UnusableInput(f"{file}: cannot read ({exc.strerror})") from None
     findings, settings = check_source(data, file)
+    for finding in findings:  # warnings and notes too: the settings shown may not do what
+        click.echo(text_line(finding), err=True)  # the file seems to say
     if settings is None:
-        for finding in findings:
-            click.echo(text_line(finding), err=True)
         errors = sum(1 for f in findings if f.severity == "error")
         raise ProblemsFound(
             f"{file} has {errors} error(s); nothing to show",
@@ -117,7 +122,7 @@ def show(file: str, as_json: bool) -> None:
     if compaction["enabled"]:
         click.echo(
             f"# compaction: on, at {compaction['threshold']:,} input tokens; summaries "
-            f"written by {compaction['summary_model'] or '(no model set)'}"
+            f"written by {escape_control(compaction['summary_model'] or '(no model set)')}"
         )
     else:
         reason = (

@@ -1,0 +1,48 @@
+"""The agent config's `memory:` and `model:` blocks: the rules that check them over YAML nodes
+with positions, and the effective settings of a file that passes.
+
+    nodes     reading composed YAML nodes safely (merge keys, duplicates, the guarded walk)
+    report    the rules, a finding, the findings of one file
+    keys      the key table: each key's default, schema, description and check
+    secret    literal secrets, on every node
+    document  one file: bytes, YAML, nodes, blocks; load_config
+
+The settings themselves (and their defaults) live in volumetool.settings, which imports no YAML.
+"""
+
+from volumetool.config.document import (
+    DEFAULT_MAX_BYTES,
+    _Checker,
+    check_source,
+    load_config,
+    read_source,
+)
+from volumetool.config.keys import MEMORY_KEYS, MODEL_KEYS, json_schema
+from volumetool.config.nodes import Loader
+from volumetool.config.report import RULES, Finding
+from volumetool.settings import (
+    API_DEFAULTS,
+    DEFAULT_THRESHOLD,
+    AgentConfig,
+    MemorySettings,
+    ModelSettings,
+)
+
+__all__ = [
+    "API_DEFAULTS",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_THRESHOLD",
+    "MEMORY_KEYS",
+    "MODEL_KEYS",
+    "RULES",
+    "AgentConfig",
+    "Finding",
+    "Loader",
+    "MemorySettings",
+    "ModelSettings",
+    "_Checker",
+    "check_source",
+    "json_schema",
+    "load_config",
+    "read_source",
+]

@@ -1,0 +1,180 @@
+"""Checking one agent config file: its bytes, its YAML, every node of it, and its `memory:` and
+`model:` blocks; and loading the settings of a file that passes.
+
+The file is composed (never constructed) with PyYAML's C loader in the dialect the runtime
+reads, YAML 1.1, so nodes keep duplicate keys and their marks and aliases are never expanded.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import yaml
+
+from volumetool.config.keys import check_memory, check_model
+from volumetool.config.nodes import Loader, describe, pairs, walk
+from volumetool.config.report import Finding, Findings
+from volumetool.config.secret import check_secret
+from volumetool.settings import AgentConfig
+
+DEFAULT_MAX_BYTES = 1024 * 1024
+
+
+class _Checker(Findings):
+    """The findings of one file's text, and the walk over its nodes that reports into them."""
+
+    def walk(self, root: yaml.Node) -> Iterator[tuple[yaml.Node, yaml.Node | None, str]]:
+        return walk(root, self.add)
+
+
+def check_tag(node: yaml.Node, path: str, checker: Findings) -> None:
+    """A tag the runtime's safe loader cannot construct."""
+    if node.tag.startswith("!") or (
+        node.tag.startswith("tag:yaml.org,2002:")
+        and node.tag not in yaml.constructor.SafeConstructor.yaml_constructors
+    ):
+        checker.add(
+            node,
+            "yaml-unknown-tag",
+            f"tag {node.tag} cannot be loaded by the runtime's safe loader",
+            path,
+        )
+
+
+def check_document(root: yaml.Node | None, checker: _Checker) -> AgentConfig | None:
+    if root is None:
+        checker.add(
+            None,
+            "config-not-mapping",
+            "the file is empty; an agent config is a mapping (name:, model:, memory:…)",
+            "$",
+        )
+        return None
+    for node, key, path in checker.walk(root):
+        check_tag(node, path, checker)
+        check_secret(node, key, path, checker.add)
+    if not isinstance(root, yaml.MappingNode):
+        checker.add(
+            root,
+            "config-not-mapping",
+            f"the top level is {describe(root)}; an agent config is a mapping",
+            "$",
+        )
+        return None
+    top = pairs(root)
+    memory = check_memory(top.get("memory"), checker.add)
+    model = check_model(top.get("model"), checker.add)
+    if memory.compaction_enabled and not model.small and "memory" in top:
+        main = f" ({model.name})" if model.name else ""
+        checker.add(
+            top["memory"][0],
+            "summary-model-main",
+            f"no model.small: the main model{main} will write compaction summaries;"
+            " set model.small to a cheaper model",
+            "$.model.small",
+        )
+    return AgentConfig(memory, model)
+
+
+def check_yaml(text: str, checker: _Checker) -> AgentConfig | None:
+    """The findings of a config's text (YAML errors included); its settings when it has a
+    document."""
+    try:
+        documents = yaml.compose_all(text, Loader=Loader)
+        root = next(documents, None)
+        try:
+            extra = next(documents, None)
+        except yaml.YAMLError:
+            extra = None  # the second document's own errors don't matter: it is refused
+        if extra is not None:
+            checker.add(
+                extra,
+                "yaml-multiple-documents",
+                "a second YAML document (---); an agent config is a single document",
+            )
+        return check_document(root, checker)
+    except yaml.MarkedYAMLError as exc:
+        checker.add(exc.problem_mark, *_yaml_error(exc))
+    except yaml.reader.ReaderError as exc:
+        before = text[: exc.position]
+        checker.add(
+            (before.count("\n"), len(before) - (before.rfind("\n") + 1)),
+            "yaml-syntax",
+            f"character {exc.character!r} is not allowed in YAML",
+        )
+    except RecursionError:
+        checker.add(None, "yaml-too-deep", "the document nests too deeply")
+    return None
+
+
+def _yaml_error(exc: yaml.MarkedYAMLError) -> tuple[str, str]:
+    """The rule and message of a YAML error."""
+    problem = exc.problem or "invalid YAML"
+    if "nesting depth" in problem:
+        return "yaml-too-deep", "the document nests too deeply"
+    if "undefined alias" in problem:
+        return "yaml-syntax", "an alias (*name) refers to no anchor (&name) defined before it"
+    context = f" ({exc.context})" if exc.context else ""
+    return "yaml-syntax", f"{problem}{context}"
+
+
+def not_utf8(data: bytes, exc: UnicodeDecodeError, file: str) -> Finding:
+    before = data[: exc.start]
+    findings = Findings(file, data.decode("utf-8", "replace"))
+    findings.add(
+        (before.count(b"\n"), len(before) - (before.rfind(b"\n") + 1)),
+        "yaml-encoding",
+        f"byte 0x{data[exc.start]:02x} at offset {exc.start} is not UTF-8; save the file as UTF-8",
+    )
+    return findings.found[0]
+
+
+def check_source(
+    data: bytes, file: str, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[list[Finding], AgentConfig | None]:
+    """Every finding of one config file's bytes, and its settings (None when it has errors)."""
+    if len(data) > max_bytes:
+        too_large = Findings(file, "")
+        too_large.add(
+            None,
+            "file-too-large",
+            f"{len(data):,} bytes is over the limit of {max_bytes:,} (--max-bytes)",
+        )
+        return too_large.found, None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return [not_utf8(data, exc, file)], None
+    checker = _Checker(file, text)
+    config = check_yaml(text, checker)
+    return checker.sorted(), None if checker.has_errors else config
+
+
+def read_source(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """A config file's bytes (`-` is stdin), at most one byte past the limit, so that a file
+    too large is seen as such without reading all of it. Raises OSError."""
+    if path == "-":
+        return sys.stdin.buffer.read(max_bytes + 1)
+    with open(path, "rb") as handle:
+        return handle.read(max_bytes + 1)
+
+
+def load_config(path: str) -> AgentConfig:
+    """The effective settings of an agent YAML; UnusableInput when it cannot be used."""
+    from volumetool.errors import UnusableInput
+
+    try:
+        data = read_source(path)
+    except OSError as exc:
+        raise UnusableInput(f"{path}: cannot read the config ({exc.strerror})") from None
+    findings, config = check_source(data, path)
+    errors = [f for f in findings if f.severity == "error"]
+    if config is None or errors:
+        first = errors[0]
+        raise UnusableInput(
+            f"{path}:{first.line}:{first.column}: {first.message} [{first.rule}]"
+            + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""),
+            f"run: volumetool validate {path}",
+        )
+    return config
