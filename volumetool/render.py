@@ -18,9 +18,9 @@ FLAT_WIDTH = 72  # table cells wider than this wrap, so long content stays reada
 # What must never reach a terminal raw: C0 and C1 controls (ESC starts every terminal command:
 # clipboard writes, screen clears), DEL, line and paragraph separators, and the bidirectional
 # controls that make text display in another order than it reads ("Trojan Source").
-_UNSAFE = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
+CONTROL_CHARS = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+BIDI_CHARS = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[{CONTROL_CHARS}{BIDI_CHARS}]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

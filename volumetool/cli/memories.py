@@ -174,7 +174,9 @@ def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
     Every record is validated before anything is written; then one transaction writes them,
     each key written with its remember audit event and each key pruned with its forget event.
     Unchanged values are neither written nor audited, so importing the same file twice is a
-    no-op. --dry-run prints ACTION<TAB>KEY for every key that would change.
+    no-op. Timestamps must be the volume's own (2026-11-30T05:27:20.123Z, updated_at not
+    before created_at). --dry-run prints ACTION<TAB>KEY for every key that would change (or,
+    when --on-conflict fail would refuse the import, conflict<TAB>KEY and exit 1 as it would).
 
     \b
     Example:
