@@ -2,6 +2,8 @@
 
 Rows are dicts with the listing's fields in order. JSON keeps nested values (an audit detail,
 tool calls) as JSON; the flat formats write them as compact JSON text, NULL as an empty cell.
+Tables are for people: every cell goes through `escape_control`, since volume text comes from
+chat users and model servers. The machine formats keep every character exactly.
 """
 
 from __future__ import annotations
@@ -115,12 +117,10 @@ def render(
 
 
 def _cell(value: object) -> str:
-    text = flat(value)
-    if len(text) <= FLAT_WIDTH and "\n" not in text:
+    """One table cell: escaped, so it is one line of text; long ones wrap at FLAT_WIDTH."""
+    text = escape_control(flat(value))
+    if len(text) <= FLAT_WIDTH:
         return text
     import textwrap
 
-    lines = []
-    for line in text.splitlines() or [""]:
-        lines.extend(textwrap.wrap(line, FLAT_WIDTH, replace_whitespace=False) or [""])
-    return "\n".join(lines)
+    return "\n".join(textwrap.wrap(text, FLAT_WIDTH) or [""])
