@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.volumes import VolumeWriter
-from volumetool.render import flat
+from volumetool.render import OutputFormat, flat, render
 
 # SQLite text cannot hold lone surrogates; everything else is fair game.
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
@@ -230,3 +230,37 @@ def test_a_dry_run_plan_escapes_keys_from_the_volume(run_cli_factory, hostile, t
     lines = [line.split("\t") for line in result.stdout.splitlines()]
     assert [action for action, _ in lines] == ["added", "removed"]
     assert lines[1][1].startswith("mem ") and not RAW_CONTROL.search(lines[1][1]), lines
+
+
+# -- never a partial document ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["json", "nl", "csv", "tsv", "table"])
+def test_a_query_that_fails_before_its_first_row_writes_nothing(kind):
+    def rows():
+        raise sqlite3.DatabaseError("database disk image is malformed")
+        yield {}
+
+    out = io.StringIO()
+    with pytest.raises(sqlite3.DatabaseError):
+        render(rows(), ["a"], OutputFormat(kind), out)
+    assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize("kind", ["--json", "--nl", "--csv", "--tsv", "--table"])
+def test_a_listing_of_a_damaged_table_leaves_stdout_empty(run_cli_factory, tmp_path, kind):
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = w.thread("k")
+    for _ in range(3):
+        w.run(s)
+    w.conn.execute("PRAGMA journal_mode = DELETE")
+    page_size = w.conn.execute("PRAGMA page_size").fetchone()[0]
+    root = w.conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
+    w.close()
+    data = bytearray(w.path.read_bytes())
+    data[(root - 1) * page_size] = 0x00  # not a b-tree page any more
+    w.path.write_bytes(bytes(data))
+    result = run_cli_factory("runs", w.path, kind)
+    assert result.exit_code == 2, result
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""

@@ -9,6 +9,7 @@ chat users and model servers. The machine formats keep every character exactly.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -75,6 +76,13 @@ def _limited(rows: Iterable[dict], limit: int | None, cut: list[bool]) -> Iterat
         yield row
 
 
+def _first_fetched(rows: Iterator[dict]) -> Iterator[dict]:
+    """The same rows with the first one already fetched, so that a query that fails does so
+    before anything is written: never half a JSON document or a lone CSV header."""
+    first = list(itertools.islice(rows, 1))
+    return itertools.chain(first, rows)
+
+
 def render(
     rows: Iterable[dict],
     columns: Sequence[str],
@@ -84,7 +92,7 @@ def render(
 ) -> bool:
     """Write rows (at most `limit`) to `out`; True when more rows existed than were shown."""
     cut: list[bool] = []
-    shown = _limited(rows, limit, cut)
+    shown = _first_fetched(_limited(rows, limit, cut))
     if fmt.kind == "json":
         out.write("[")
         for n, row in enumerate(shown):

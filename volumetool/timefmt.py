@@ -23,8 +23,12 @@ SQL_IS_TIMESTAMP = "(strftime('%Y-%m-%dT%H:%M:%fZ', julianday({0})) IS {0})"
 
 def iso(moment: datetime) -> str:
     """Format an aware datetime as `2026-11-30T05:27:20.123Z`."""
-    moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    m = moment.astimezone(UTC)
+    # Not strftime: its %Y leaves years before 1000 unpadded on glibc, out of sort order.
+    return (
+        f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+        f".{m.microsecond // 1000:03d}Z"
+    )
 
 
 def is_timestamp(text: object) -> bool:
@@ -51,20 +55,34 @@ def now_iso() -> str:
 def parse_since(text: str, now: datetime | None = None) -> str:
     """Turn `--since` (an ISO date/time, or a duration like `90m`, `12h`, `7d`) into a timestamp.
 
-    Times without an offset are taken as UTC. Raises ValueError with a one-line reason.
+    Times without an offset are taken as UTC. Raises ValueError with a one-line reason, also for
+    a moment outside the years 1 to 9999 (`800000d`, `99999999999w`).
     """
     now = now or datetime.now(UTC)
-    match = _DURATION.match(text)
-    if match:
-        amount, unit = int(match.group(1)), match.group(2)
-        return iso(now - timedelta(**{_UNITS[unit]: amount}))
     try:
-        moment = datetime.fromisoformat(text.strip().replace("z", "Z"))
+        match = _DURATION.match(text)
+        if match:
+            amount, unit = match.group(1), match.group(2)
+            if len(amount) > 12:  # more than any timedelta holds, however it is counted
+                raise OverflowError
+            return iso(now - timedelta(**{_UNITS[unit]: int(amount)}))
+        moment = _parse_moment(text)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return iso(moment)
+    except OverflowError:
+        raise ValueError(f"{_shown(text)} is out of range (years 1 to 9999)") from None
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:40]) + "…"
+
+
+def _parse_moment(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.strip().replace("z", "Z"))
     except ValueError:
         raise ValueError(
-            f"{text!r} is neither an ISO date/time (2026-11-30, 2026-11-30T05:00Z) "
+            f"{_shown(text)} is neither an ISO date/time (2026-11-30, 2026-11-30T05:00Z) "
             "nor a duration (90m, 12h, 7d)"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return iso(moment)
