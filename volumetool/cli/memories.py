@@ -19,7 +19,13 @@ from volumetool.cli.options import (
 
 @click.group()
 def memories() -> None:
-    """The agent's persistent memories (key → fact)."""
+    """The agent's persistent memories (key → fact).
+
+    \b
+    Example:
+      volumetool memories list ./vol --prefix user.
+      volumetool memories export ./old-vol | volumetool memories import ./new-vol -
+    """
 
 
 @memories.command(name="list")
