@@ -501,7 +501,7 @@ def run_path(
                 cwd=ROOT,
                 env={**os.environ, "AGENT_MEMORIES": "1" if path.agent_memories else "0"},
             )
-            time.sleep(0.05)
+            wait_for_agent(directory / "agent.db", agent)
         delay = rng.uniform(0, duration * 1.1)
         child = subprocess.Popen(
             [str(c) for c in path.command(directory)],
@@ -559,6 +559,26 @@ def all_paths(server: ModelServer) -> list[KillPath]:
     compact = Compact()
     compact.server = server
     return [MemoriesImport(), compact, Migrate(), ThreadNew(), ThreadReset(), Demo(), Export()]
+
+
+def wait_for_agent(db: Path, agent: subprocess.Popen) -> None:
+    """Until the simulated agent has committed a turn: on a loaded machine its interpreter can
+    take longer to start than a short command runs, and a SIGTERM that came before its handler
+    was set would end it without its report."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and agent.poll() is None:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            if conn.execute(
+                "SELECT 1 FROM messages WHERE content LIKE 'agent-live-%' LIMIT 1"
+            ).fetchone():
+                return
+        except sqlite3.OperationalError:
+            pass  # locked by the agent's own write: look again
+        finally:
+            conn.close()
+        time.sleep(0.01)
+    raise RuntimeError(f"the simulated agent did not start writing to {db}")
 
 
 def markdown(tallies: list[Tally], trials: int, seed: int, took: float) -> str:
