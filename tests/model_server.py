@@ -1,9 +1,16 @@
 """A real model endpoint on 127.0.0.1 for tests and benchmarks: OpenAI chat completions and
-Anthropic messages, with faults switched on per request.
+Anthropic messages, answering the way real providers and the servers people put in front of
+them answer (see FAULTS), switched per request.
 
     with ModelServer() as server:
         server.queue("500", "429")        # the next two requests fail, the third succeeds
         server.fault = "truncated"        # ...or every request, until reset
+        server.context_limit = 4000       # ...and prompts longer than this are "too long"
+
+The bodies follow the providers' documented and observed shapes: OpenAI and Azure
+(`{"error": {message, type, param, code}}`), Anthropic (`{"type": "error", "error": {...}}`),
+vLLM (`{"object": "error", ...}`), LiteLLM (string codes), OpenRouter (200 with an error body),
+FastAPI (`{"detail": ...}`), proxies (HTML), event streams, and broken transports.
 """
 
 from __future__ import annotations
@@ -15,26 +22,262 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
-FAULTS = (
-    "500",
-    "503",
-    "429",
-    "quota",
-    "401",
-    "400",
-    "413",
-    "hang",
-    "drop",
-    "malformed",
-    "malformed-shape",
+
+@dataclass
+class Reply:
+    status: int = 200
+    payload: object = None  # JSON; or `raw` bytes
+    raw: bytes | None = None
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _openai_error(message: str, kind: str, code: str | None = None, param=None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _anthropic_error(kind: str, message: str) -> dict:
+    return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_a1"}
+
+
+# fault -> (status, openai body, anthropic body, headers): error answers of each API.
+HTTP_ERRORS: dict[str, tuple[int, dict, dict, dict]] = {
+    "400": (
+        400,
+        _openai_error("Invalid value for 'messages'.", "invalid_request_error"),
+        _anthropic_error("invalid_request_error", "messages: field required"),
+        {},
+    ),
+    "401": (
+        401,
+        _openai_error(
+            "Incorrect API key provided: {key}.", "invalid_request_error", "invalid_api_key"
+        ),
+        _anthropic_error("authentication_error", "invalid x-api-key {key}"),
+        {},
+    ),
+    "403": (
+        403,
+        _openai_error("Country, region, or territory not supported", "permission_denied"),
+        _anthropic_error("permission_error", "Your API key does not have permission"),
+        {},
+    ),
+    "404": (
+        404,
+        _openai_error("The model `m` does not exist.", "invalid_request_error", "model_not_found"),
+        _anthropic_error("not_found_error", "model: m"),
+        {},
+    ),
+    "402": (
+        402,
+        {"error": {"code": 402, "message": "Insufficient credits. Add more credits."}},
+        _anthropic_error("billing_error", "Billing error"),
+        {},
+    ),
+    "413": (
+        413,
+        _openai_error("Request too large", "invalid_request_error", "request_too_large"),
+        {"error": {"type": "request_too_large", "message": "Request exceeds the maximum size"}},
+        {},
+    ),
+    "429": (
+        429,
+        _openai_error(
+            "Rate limit reached for m on tokens per min (TPM). Please try again in 1.574s.",
+            "tokens",
+            "rate_limit_exceeded",
+        ),
+        _anthropic_error("rate_limit_error", "This request would exceed the rate limit"),
+        {"retry-after": "{retry_after}"},
+    ),
+    "quota": (
+        429,
+        _openai_error(
+            "You exceeded your current quota, please check your plan and billing details.",
+            "insufficient_quota",
+            "insufficient_quota",
+        ),
+        _anthropic_error("billing_error", "Your credit balance is too low"),
+        {},
+    ),
+    "500": (
+        500,
+        _openai_error("The server had an error processing your request.", "server_error"),
+        _anthropic_error("api_error", "Internal server error"),
+        {},
+    ),
+    "503": (
+        503,
+        {
+            "error": {
+                "code": "server_is_overloaded",
+                "message": "Our servers are currently overloaded.",
+                "param": None,
+                "type": "service_unavailable_error",
+            }
+        },
+        _anthropic_error("overloaded_error", "Overloaded"),
+        {},
+    ),
+    "529": (
+        529,
+        _openai_error("Overloaded", "server_error"),
+        _anthropic_error("overloaded_error", "Overloaded"),
+        {"x-should-retry": "true"},
+    ),
+    "context_length": (
+        400,
+        _openai_error(
+            "This model's maximum context length is 4097 tokens. However, your messages "
+            "resulted in 4294 tokens. Please reduce the length of the messages.",
+            "invalid_request_error",
+            "context_length_exceeded",
+            "messages",
+        ),
+        _anthropic_error(
+            "invalid_request_error", "prompt is too long: 191989 tokens > 180000 maximum"
+        ),
+        {},
+    ),
+    "max_tokens_param": (
+        400,
+        _openai_error(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+            "'max_completion_tokens' instead.",
+            "invalid_request_error",
+            "unsupported_parameter",
+            "max_tokens",
+        ),
+        _anthropic_error("invalid_request_error", "max_tokens: unsupported"),
+        {},
+    ),
+    "vllm_error": (
+        400,
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 32768 tokens. However, you "
+            "requested 39197 tokens in the messages, Please reduce the length of the messages.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        },
+        _anthropic_error("invalid_request_error", "prompt is too long: 3 tokens > 2 maximum"),
+        {},
+    ),
+    "litellm_400": (
+        400,
+        {
+            "error": {
+                "message": "litellm.BadRequestError: AnthropicException - max_tokens: 21333 > "
+                "4096.\nReceived Model Group=m",
+                "type": "None",
+                "param": "None",
+                "code": "400",
+            }
+        },
+        _anthropic_error("invalid_request_error", "max_tokens: 21333 > 4096"),
+        {},
+    ),
+    "azure_content_filter": (
+        400,
+        {
+            "error": {
+                "message": "The response was filtered due to the prompt triggering Azure "
+                "OpenAI's content management policy.",
+                "type": None,
+                "param": "prompt",
+                "code": "content_filter",
+                "status": 400,
+                "innererror": {"code": "ResponsibleAIPolicyViolation"},
+            }
+        },
+        _anthropic_error("invalid_request_error", "Output blocked by content filtering policy"),
+        {},
+    ),
+    "string_error": (500, {"error": "something broke"}, {"error": "something broke"}, {}),
+    "detail_error": (
+        422,
+        {"detail": [{"loc": ["body", "messages"], "msg": "field required"}]},
+        {"detail": [{"loc": ["body", "messages"], "msg": "field required"}]},
+        {},
+    ),
+    "retry_after_soon": (
+        429,
+        _openai_error("Slow down", "tokens", "rate_limit_exceeded"),
+        _anthropic_error("rate_limit_error", "Slow down"),
+        {"retry-after": "soon"},
+    ),
+    "retry_after_long": (
+        429,
+        _openai_error("Slow down", "tokens", "rate_limit_exceeded"),
+        _anthropic_error("rate_limit_error", "Slow down"),
+        {"retry-after": "120"},
+    ),
+    "should_retry_false": (
+        500,
+        _openai_error("The server had an error", "server_error"),
+        _anthropic_error("api_error", "Internal server error"),
+        {"x-should-retry": "false"},
+    ),
+}
+
+# Faults answered with a 200 whose body is a (more or less) well-formed completion.
+COMPLETION_FAULTS = (
     "empty",
     "whitespace",
-    "tool_call",
-    "truncated",
     "overlong",
+    "surrogate",
+    "control_chars",
+    "truncated",
+    "tool_call",
+    "content_filter",
+    "refusal",
+    "pause_turn",
+    "window_exceeded",
+    "finish_null",
+    "finish_unknown",
+    "content_list",
+    "stop_sequence",
+    "choices_empty",
+    "usage_huge",
+    "usage_negative",
+    "usage_float",
+    "usage_string",
+    "error_in_200",
+    "malformed_shape",
 )
+# Faults of the transport or the body's encoding.
+RAW_FAULTS = (
+    "hang",
+    "drop",
+    "redirect",
+    "gzip_garbage",
+    "event_stream",
+    "sse_mislabelled",
+    "huge_body",
+    "huge_chunked",
+    "deep_json",
+    "not_json",
+    "json_not_object",
+    "empty_body",
+    "malformed",
+    "html_502",
+)
+# Completions a client must accept as a summary (normal finish, odd but valid shape).
+ACCEPTED = (
+    "content_list",
+    "stop_sequence",
+    "usage_huge",
+    "usage_negative",
+    "usage_float",
+    "usage_string",
+    "control_chars",
+)
+FAULTS = tuple(HTTP_ERRORS) + COMPLETION_FAULTS + RAW_FAULTS
 
 
 class _Server(ThreadingHTTPServer):
@@ -55,6 +298,8 @@ class ModelServer:
         self.usage = {"input": 1200, "output": 80, "cache_creation": 30, "cache_read": 70}
         self.retry_after = "0.05"
         self.omit_usage = False
+        self.context_limit: int | None = None  # characters of conversation a request may hold
+        self.answer: Callable[[dict], str] | None = None  # the summary, from the request
         self.requests: list[dict] = []
         self.on_request: Callable[[dict], None] | None = None
         self.in_flight = 0
@@ -98,18 +343,31 @@ class ModelServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def conversation(self, body: dict) -> str:
+        """The user message of a request (what the summarizer was asked to fold)."""
+        messages = body.get("messages") or [{}]
+        return str(messages[-1].get("content", ""))
+
     # -- one request ----------------------------------------------------------------------
 
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("content-length", 0))
         body = json.loads(handler.rfile.read(length) or b"{}")
-        anthropic = handler.path.endswith("/v1/messages")
+        url = urlsplit(handler.path)
+        anthropic = url.path.endswith("/v1/messages")
         with self._lock:
             fault = self._queue.popleft() if self._queue else self.fault
+            if (
+                fault is None
+                and self.context_limit is not None
+                and len(self.conversation(body)) > self.context_limit
+            ):
+                fault = "context_length"
             self.requests.append(
                 {
-                    "path": handler.path,
-                    "headers": dict(handler.headers),
+                    "path": url.path,
+                    "query": parse_qs(url.query),
+                    "headers": {k.lower(): v for k, v in handler.headers.items()},
                     "body": body,
                     "fault": fault,
                 }
@@ -122,11 +380,167 @@ class ModelServer:
             if self.latency:
                 time.sleep(self.latency)
             self._respond(handler, fault, anthropic, body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up on a long answer, as it should
         finally:
             with self._lock:
                 self.in_flight -= 1
 
     def _respond(self, handler, fault: str | None, anthropic: bool, body: dict) -> None:
+        if fault in RAW_FAULTS:
+            self._raw(handler, fault, anthropic)
+            return
+        if fault in HTTP_ERRORS:
+            status, openai_body, anthropic_body, headers = HTTP_ERRORS[fault]
+            key = handler.headers.get("authorization") or handler.headers.get("x-api-key") or ""
+            # Real servers echo part of a bad key; the client must not pass it on.
+            text = json.dumps(anthropic_body if anthropic else openai_body).replace(
+                "{key}", key.removeprefix("Bearer ")
+            )
+            headers = {k: v.replace("{retry_after}", self.retry_after) for k, v in headers.items()}
+            self._send_raw(handler, Reply(status, raw=text.encode(), headers=headers))
+            return
+        text = self.answer(body) if self.answer else self.summary
+        if fault == "empty":
+            text = ""
+        elif fault == "whitespace":
+            text = "  \n\t "
+        elif fault == "overlong":
+            text = "x" * (len(json.dumps(body)) * 2)
+        elif fault == "control_chars":
+            text = "Summary \x1b]52;c;cHduZWQ=\x07 with\nlines \x1b[2J and a bell\x07."
+        payload = self._anthropic(text, fault) if anthropic else self._openai(text, fault)
+        data = json.dumps(payload)
+        if fault == "surrogate":  # JSON may escape a lone surrogate; Python decodes it
+            data = data.replace("SURROGATE", "\\ud800")
+        self._send_raw(handler, Reply(200, raw=data.encode()))
+
+    def _openai(self, text: str, fault: str | None) -> dict:
+        message: dict = {"role": "assistant", "content": text, "refusal": None}
+        choice: dict = {"index": 0, "message": message, "finish_reason": "stop"}
+        usage: dict = {
+            "prompt_tokens": self.usage["input"],
+            "completion_tokens": self.usage["output"],
+            "total_tokens": self.usage["input"] + self.usage["output"],
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+        reply: dict = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1730000000,
+            "model": "m",
+            "choices": [choice],
+            "usage": usage,
+        }
+        if fault == "tool_call":
+            message.update(
+                content=None,
+                tool_calls=[
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": "{}"},
+                    }
+                ],
+            )
+            choice["finish_reason"] = "tool_calls"
+        elif fault in ("truncated", "window_exceeded"):
+            choice["finish_reason"] = "length"
+        elif fault == "content_filter":
+            message["content"] = "Summary: the user asked the agent to"
+            choice["finish_reason"] = "content_filter"
+        elif fault == "refusal":
+            message.update(content=None, refusal="I'm sorry, I can't help with that.")
+        elif fault == "finish_null":
+            choice["finish_reason"] = None
+        elif fault in ("finish_unknown", "pause_turn"):
+            choice["finish_reason"] = "abort"
+        elif fault == "content_list":
+            message["content"] = [
+                {"type": "text", "text": text[:10]},
+                {"type": "text", "text": text[10:]},
+            ]
+        elif fault == "choices_empty":
+            reply["choices"] = []
+        elif fault == "surrogate":
+            message["content"] = "Summary SURROGATE here."
+        elif fault == "error_in_200":
+            return {"error": {"code": 502, "message": "Provider returned error"}}
+        elif fault == "malformed_shape":
+            return {"id": "x", "object": "nothing here"}
+        self._odd_usage(usage, fault, "prompt_tokens", "completion_tokens")
+        return self._usage(reply)
+
+    def _anthropic(self, text: str, fault: str | None) -> dict:
+        content: list[dict] = [{"type": "text", "text": text}]
+        usage: dict = {
+            "input_tokens": self.usage["input"],
+            "cache_creation_input_tokens": self.usage["cache_creation"],
+            "cache_read_input_tokens": self.usage["cache_read"],
+            "output_tokens": self.usage["output"],
+        }
+        reply: dict = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": content,
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        stops = {
+            "tool_call": "tool_use",
+            "truncated": "max_tokens",
+            "content_filter": "refusal",
+            "refusal": "refusal",
+            "pause_turn": "pause_turn",
+            "window_exceeded": "model_context_window_exceeded",
+            "finish_null": None,
+            "finish_unknown": "weird_reason",
+            "stop_sequence": "stop_sequence",
+        }
+        if fault in stops:
+            reply["stop_reason"] = stops[fault]
+        if fault == "tool_call":
+            reply["content"] = [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]
+        elif fault in ("content_filter", "refusal", "window_exceeded"):
+            content[0]["text"] = "Summary: the user asked the agent to"
+        elif fault == "content_list":
+            reply["content"] = [
+                {"type": "thinking", "thinking": "let me see", "signature": "EqQB"},
+                {"type": "redacted_thinking", "data": "xyz"},
+                {"type": "text", "text": text[:10]},
+                {"type": "text", "text": text[10:]},
+            ]
+        elif fault == "choices_empty":
+            reply["content"] = []
+        elif fault == "surrogate":
+            content[0]["text"] = "Summary SURROGATE here."
+        elif fault == "error_in_200":
+            return {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        elif fault == "malformed_shape":
+            return {"id": "x", "object": "nothing here"}
+        self._odd_usage(usage, fault, "input_tokens", "output_tokens")
+        return self._usage(reply)
+
+    @staticmethod
+    def _odd_usage(usage: dict, fault: str | None, prompt: str, output: str) -> None:
+        odd = {
+            "usage_huge": 10**30,
+            "usage_negative": -5,
+            "usage_float": 12.5,
+            "usage_string": "12",
+        }
+        if fault in odd:
+            usage[prompt] = usage[output] = odd[fault]
+
+    def _usage(self, reply: dict) -> dict:
+        if self.omit_usage:
+            del reply["usage"]
+        return reply
+
+    def _raw(self, handler, fault: str, anthropic: bool) -> None:
         if fault == "hang":
             self._stop.wait(30)
             return
@@ -135,122 +549,61 @@ class ModelServer:
             handler.wfile.flush()
             handler.connection.shutdown(2)
             return
-        if fault in ("500", "503", "429", "quota", "401", "403", "400", "413"):
-            status = 429 if fault == "quota" else int(fault)
-            kind = {
-                "429": "rate_limit_exceeded",
-                "quota": "insufficient_quota",
-                "401": "invalid_api_key",
-                "403": "permission_denied",
-                "400": "invalid_request_error",
-                "413": "request_too_large",
-            }.get(fault, "server_error")
-            key = handler.headers.get("authorization", handler.headers.get("x-api-key", ""))
-            # Real servers echo part of a bad key; the client must not pass it on.
-            message = f"{kind} for key {key.removeprefix('Bearer ')}"
-            headers = {"retry-after": self.retry_after} if fault == "429" else {}
-            self._send(
-                handler,
-                status,
-                {"error": {"type": kind, "code": kind, "message": message}},
-                headers,
-            )
+        if fault in ("huge_body", "huge_chunked"):
+            self._huge(handler, chunked=fault == "huge_chunked")
             return
-        if fault == "malformed":
-            self._send_raw(handler, 200, b'{"choices": [', "application/json")
-            return
-        if fault == "malformed-shape":
-            self._send(handler, 200, {"id": "x", "object": "nothing here"})
-            return
-        text = self.summary
-        if fault == "empty":
-            text = ""
-        elif fault == "whitespace":
-            text = "  \n\t "
-        elif fault == "overlong":
-            text = "x" * (len(json.dumps(body)) * 2)
-        if anthropic:
-            self._send(handler, 200, self._anthropic(text, fault))
+        replies = {
+            "redirect": Reply(307, raw=b"", headers={"location": "/v2/elsewhere"}),
+            "gzip_garbage": Reply(
+                200, raw=b"\x1f\x8b\x08\x00garbage, not gzip", headers={"content-encoding": "gzip"}
+            ),
+            "event_stream": Reply(
+                200,
+                raw=b'data: {"choices":[{"delta":{"content":"Hi"}}]}\n\ndata: [DONE]\n\n',
+                content_type="text/event-stream",
+            ),
+            "sse_mislabelled": Reply(200, raw=b'data: {"choices":[]}\n\ndata: [DONE]\n\n'),
+            "deep_json": Reply(200, raw=b"[" * 200_000 + b"]" * 200_000),
+            "not_json": Reply(200, raw=b"OK", content_type="text/plain"),
+            "json_not_object": Reply(200, raw=b'"a string"'),
+            "empty_body": Reply(200, raw=b""),
+            "malformed": Reply(200, raw=b'{"choices": ['),
+            "html_502": Reply(
+                502,
+                raw=b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad "
+                b"Gateway</h1></body></html>",
+                content_type="text/html",
+            ),
+        }
+        self._send_raw(handler, replies[fault])
+
+    def _huge(self, handler, chunked: bool) -> None:
+        """A 9 MiB body, streamed: the client must stop reading at its limit."""
+        size = 9 * 2**20
+        handler.send_response(200)
+        handler.send_header("content-type", "application/json")
+        if chunked:
+            handler.send_header("transfer-encoding", "chunked")
         else:
-            self._send(handler, 200, self._openai(text, fault))
-
-    def _openai(self, text: str, fault: str | None) -> dict:
-        message: dict = {"role": "assistant", "content": text}
-        finish = "stop"
-        if fault == "tool_call":
-            message = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "read_file", "arguments": "{}"},
-                    }
-                ],
-            }
-            finish = "tool_calls"
-        elif fault == "truncated":
-            finish = "length"
-        return self._usage(
-            {
-                "id": "chatcmpl-1",
-                "object": "chat.completion",
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {
-                    "prompt_tokens": self.usage["input"],
-                    "completion_tokens": self.usage["output"],
-                },
-            }
-        )
-
-    def _anthropic(self, text: str, fault: str | None) -> dict:
-        content: list[dict] = [{"type": "text", "text": text}]
-        stop = "end_turn"
-        if fault == "tool_call":
-            content = [{"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}]
-            stop = "tool_use"
-        elif fault == "truncated":
-            stop = "max_tokens"
-        return self._usage(
-            {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "content": content,
-                "stop_reason": stop,
-                "usage": {
-                    "input_tokens": self.usage["input"],
-                    "cache_creation_input_tokens": self.usage["cache_creation"],
-                    "cache_read_input_tokens": self.usage["cache_read"],
-                    "output_tokens": self.usage["output"],
-                },
-            }
-        )
-
-    def _usage(self, reply: dict) -> dict:
-        if self.omit_usage:
-            del reply["usage"]
-        return reply
+            handler.send_header("content-length", str(size))
+        handler.end_headers()
+        block = b" " * 65536
+        for _ in range(size // len(block)):
+            if chunked:
+                handler.wfile.write(b"%x\r\n" % len(block) + block + b"\r\n")
+            else:
+                handler.wfile.write(block)
+        if chunked:
+            handler.wfile.write(b"0\r\n\r\n")
 
     @staticmethod
-    def _send(handler, status: int, payload: dict, headers: dict | None = None) -> None:
-        ModelServer._send_raw(
-            handler,
-            status,
-            json.dumps(payload).encode(),
-            "application/json",
-            {"x-request-id": "req_test_1", **(headers or {})},
-        )
-
-    @staticmethod
-    def _send_raw(
-        handler, status: int, data: bytes, content_type: str, headers: dict | None = None
-    ) -> None:
-        handler.send_response(status)
-        handler.send_header("content-type", content_type)
+    def _send_raw(handler, reply: Reply) -> None:
+        data = reply.raw if reply.raw is not None else json.dumps(reply.payload).encode()
+        handler.send_response(reply.status)
+        handler.send_header("content-type", reply.content_type)
         handler.send_header("content-length", str(len(data)))
-        for name, value in (headers or {}).items():
+        headers = {"x-request-id": "req_test_1", "request-id": "req_test_1", **reply.headers}
+        for name, value in headers.items():
             handler.send_header(name, value)
         handler.end_headers()
         handler.wfile.write(data)

@@ -14,8 +14,14 @@ from volumetool.compaction.plan import (
     plan_fold,
     split_turns,
 )
-from volumetool.compaction.summarize import SummaryRejected, accept_summary, render_request
-from volumetool.config import MemorySettings
+from volumetool.compaction.prompt import (
+    SummaryRejected,
+    accept_answer,
+    check_shorter,
+    render_fold,
+    render_request,
+)
+from volumetool.settings import MemorySettings
 
 ON = MemorySettings(scope="thread", compact_at_tokens=50_000)
 
@@ -205,27 +211,46 @@ def test_summary_request_renders_tool_calls_and_results():
         Message(3, "tool", "hello", None, "c1"),
         Message(4, "assistant", "It says hello."),
     ]
-    text = render_request("Earlier: greetings.", fold)
-    assert text.startswith("Previous summary:\nEarlier: greetings.")
+    text = render_request("Earlier: greetings.", "\n\n".join(render_fold(fold)))
+    tag = text.splitlines()[0].removeprefix("Data tag: ")
+    assert f"<<<BEGIN-PREVIOUS-SUMMARY {tag}>>>\nEarlier: greetings.\n" in text
     assert '[assistant called tool read_file (c1)] {"path": "a.txt"}' in text
     assert "[tool result for c1]\nhello" in text
     assert "[assistant]\nIt says hello." in text
+    assert text.endswith(f"<<<END-CONVERSATION {tag}>>>")
 
 
 def test_acceptance_of_a_summary():
     fold = [Message(1, "user", "x" * 500)]
-    assert accept_summary("  short  ", "stop", None, fold) == "short"
-    for text, finish, reason in [
-        ("", "stop", "empty"),
-        ("  \n", "stop", "empty"),
-        (None, "stop", "empty"),
-        ("ok", "length", "cut off"),
-        ("ok", "tool_call", "tool call"),
-        ("y" * 600, "stop", "not shorter"),
+    assert check_shorter(accept_answer("openai", "  short  ", "stop", None, False), None, fold)
+    assert accept_answer("anthropic", "s", "end_turn", None, False) == "s"
+    assert accept_answer("anthropic", "s", "stop_sequence", None, False) == "s"
+    for api, text, finish, refusal, tool, reason in [
+        ("openai", "", "stop", None, False, "empty"),
+        ("openai", "  \n", "stop", None, False, "empty"),
+        ("openai", None, "stop", None, False, "empty"),
+        ("openai", "ok", "length", None, False, "cut off"),
+        ("openai", "ok", "content_filter", None, False, "content filter"),
+        ("openai", "ok", None, None, False, "no finish reason"),
+        ("openai", "ok", "end_turn", None, False, "unexpected finish reason"),
+        ("openai", None, "stop", "I can't", False, "refused"),
+        ("openai", "ok", "stop", None, True, "tool call"),
+        ("openai", "ok", "tool_calls", None, False, "tool call"),
+        ("anthropic", "ok", "max_tokens", None, False, "cut off"),
+        ("anthropic", "ok", "refusal", None, False, "refused"),
+        ("anthropic", "ok", "pause_turn", None, False, "paused"),
+        ("anthropic", "ok", "model_context_window_exceeded", None, False, "context window"),
+        ("anthropic", "ok", "stop", None, False, "unexpected"),
     ]:
         try:
-            accept_summary(text, finish, None, fold)
+            accept_answer(api, text, finish, refusal, tool)
         except SummaryRejected as exc:
-            assert reason in str(exc)
+            assert reason in str(exc), (finish, str(exc))
         else:
             raise AssertionError(f"accepted {text!r} {finish}")
+    try:
+        check_shorter("y" * 600, None, fold)
+    except SummaryRejected as exc:
+        assert "not shorter" in str(exc)
+    else:
+        raise AssertionError("accepted a longer summary")

@@ -170,7 +170,13 @@ def due_thread(
                 f"pool_size = {n}\nlog_level = debug\nregion = eu",
                 tool_call_id=call["id"],
             )
-        w.message(s, "assistant", f"Answer {n}: the pool size is {n} and logging is at debug.")
+        w.message(
+            s,
+            "assistant",
+            f"Answer {n}: the pool size is {n} and logging is at debug. The service reads "
+            "deploy/values.yaml at start-up; nothing else differs from staging, and the "
+            "rollout can go ahead once the on-call engineer has signed it off.",
+        )
     w.run(s, input_tokens=tokens, output_tokens=300, last_input_tokens=tokens)
     return s
 

@@ -175,6 +175,9 @@ class ModelSettings:
     api: str = "openai"
     base_url: str | None = None
     api_key_env: str | None = None
+    auth: str | None = None
+    api_version: str | None = None
+    max_tokens_param: str = "max_tokens"
 
     def __post_init__(self) -> None:
         url, env = API_DEFAULTS.get(self.api, API_DEFAULTS["openai"])
@@ -182,6 +185,8 @@ class ModelSettings:
             object.__setattr__(self, "base_url", url)
         if self.api_key_env is None:
             object.__setattr__(self, "api_key_env", env)
+        if self.auth is None:
+            object.__setattr__(self, "auth", "x-api-key" if self.api == "anthropic" else "bearer")
 
     @property
     def summary_model(self) -> str | None:

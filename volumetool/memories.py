@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from volumetool.errors import ProblemsFound, UnusableInput
-from volumetool.render import BIDI_CHARS, CONTROL_CHARS
+from volumetool.render import BIDI_CHARS, CONTROL_CHARS, SURROGATES
 from volumetool.timefmt import TIMESTAMP_FORM, is_timestamp, now_iso
 
 MEMORY_FIELDS = ("key", "value", "created_at", "updated_at")
@@ -63,9 +63,9 @@ def get_memory(conn: sqlite3.Connection, key: str) -> str:
 KEY_MAX_CHARS = 200
 _CONTROL = re.compile(f"[{CONTROL_CHARS}]")
 _BIDI = re.compile(f"[{BIDI_CHARS}]")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_SURROGATE = re.compile(f"[{SURROGATES}]")
 # Every rule below in one pass, for the common case of a good key.
-_SUSPECT = re.compile(rf"[{CONTROL_CHARS}{BIDI_CHARS}\ud800-\udfff]|^\s|\s$")
+_SUSPECT = re.compile(rf"[{CONTROL_CHARS}{BIDI_CHARS}{SURROGATES}]|^\s|\s$")
 
 
 def key_problem(key: object) -> str | None:

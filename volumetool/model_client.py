@@ -1,25 +1,59 @@
 """One text completion from an OpenAI-compatible (chat completions) or Anthropic (messages)
-endpoint, over httpx: auth headers, max_tokens, no tools, usage, bounded retries.
+endpoint, over httpx: auth, max tokens, no tools, usage, bounded retries, and a breaker that
+stops a run from calling an endpoint that cannot work.
 
-The API key travels only in the auth header. It is never part of an exception, a log line or a
-repr, and error text that comes back from a server is redacted before anyone sees it.
+Everything a server sends is untrusted: bodies are read to at most 8 MiB, JSON of any shape is
+checked field by field, usage figures that are not sane counts become None, and error text is
+one escaped line that names the method and URL and never the key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import errno
+import json
+import math
 import random
 import re
+import socket
+import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import httpx
 
+from volumetool import __version__
+from volumetool.render import one_line
+from volumetool.usage import Usage
+
 ANTHROPIC_VERSION = "2023-06-01"
-QUOTA_ERRORS = ("insufficient_quota", "billing_hard_limit_reached", "billing_not_active")
+USER_AGENT = f"volumetool/{__version__}"
+MAX_BODY_BYTES = 8 * 1024 * 1024
+QUOTA_ERRORS = (
+    "insufficient_quota",
+    "billing_hard_limit_reached",
+    "billing_not_active",
+    "billing_error",
+)
+QUOTA_TEXT = re.compile(r"quota|billing|spend limit|insufficient credits", re.IGNORECASE)
 KEY_LIKE = re.compile(r"(sk-[A-Za-z0-9_*.-]{8,}|[A-Za-z0-9_-]{32,})")
+# What providers say when the prompt does not fit the model: OpenAI, vLLM, OpenRouter and
+# DeepSeek ("maximum context length"), Anthropic ("prompt is too long", "exceed context limit"),
+# llama.cpp ("exceeds the available context size"), newer OpenAI models ("context window").
+TOO_LONG_CODES = (
+    "context_length_exceeded",
+    "string_above_max_length",
+    "request_too_large",
+    "exceed_context_size_error",
+)
+TOO_LONG_TEXT = re.compile(
+    r"prompt is too long|maximum context length|exceeds? (the )?(available )?context"
+    r"|context (limit|size|window)|too many tokens",
+    re.IGNORECASE,
+)
+AUTH_HEADERS = {"bearer": "authorization", "api-key": "api-key", "x-api-key": "x-api-key"}
 
 
 @dataclass(frozen=True)
@@ -30,25 +64,63 @@ class Endpoint:
     api_key: str = field(repr=False)
     max_tokens: int = 4096
     timeout: float = 60.0
+    auth: str | None = None  # bearer | api-key | x-api-key; None: the api's own
+    api_version: str | None = None  # Azure OpenAI's api-version query parameter
+    max_tokens_param: str = "max_tokens"  # max_completion_tokens for OpenAI reasoning models
 
+    @property
+    def url(self) -> str:
+        base = self.base_url.rstrip("/")
+        return f"{base}/v1/messages" if self.api == "anthropic" else f"{base}/chat/completions"
 
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int | None = None
-    output_tokens: int | None = None
+    @property
+    def where(self) -> str:
+        """The request as error text names it: method and URL, no query, no key."""
+        return f"POST {self.url}"
+
+    def headers(self) -> dict[str, str]:
+        auth = self.auth or ("x-api-key" if self.api == "anthropic" else "bearer")
+        value = f"Bearer {self.api_key}" if auth == "bearer" else self.api_key
+        headers = {AUTH_HEADERS[auth]: value, "user-agent": USER_AGENT}
+        if self.api == "anthropic":
+            headers["anthropic-version"] = ANTHROPIC_VERSION
+        return headers
+
+    def body(self, system: str, user: str) -> dict:
+        if self.api == "anthropic":
+            return {
+                "model": self.model,
+                "max_tokens": self.max_tokens,
+                "system": system,
+                "messages": [{"role": "user", "content": user}],
+            }
+        return {
+            "model": self.model,
+            self.max_tokens_param: self.max_tokens,
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
+            ],
+        }
+
+    def params(self) -> dict[str, str]:
+        return {"api-version": self.api_version} if self.api_version else {}
 
 
 @dataclass(frozen=True)
 class Completion:
     text: str | None
-    finish: str  # stop | length | tool_call
+    finish: str | None  # the provider's own finish_reason / stop_reason, None when absent
     usage: Usage
+    refusal: str | None = None  # OpenAI's message.refusal
+    tool_call: bool = False  # the answer calls a tool
     request_id: str | None = None
 
 
 class ModelError(Exception):
     """A request that did not produce a completion. Carries status, error type and request id,
-    never the key."""
+    never the key; `endpoint_wide` means no other request to this endpoint can succeed now,
+    `too_long` that the prompt did not fit the model."""
 
     def __init__(
         self,
@@ -60,6 +132,9 @@ class ModelError(Exception):
         retryable: bool = False,
         retry_after: float | None = None,
         usage: Usage | None = None,
+        endpoint_wide: bool = False,
+        too_long: bool = False,
+        where: str | None = None,
     ) -> None:
         self.reason = reason
         self.status = status
@@ -68,32 +143,51 @@ class ModelError(Exception):
         self.retryable = retryable
         self.retry_after = retry_after
         self.usage = usage or Usage()
+        self.endpoint_wide = endpoint_wide
+        self.too_long = too_long
+        self.where = where
         self.attempts = 1
         super().__init__(reason)
 
     def __str__(self) -> str:
-        text = self.reason
-        if self.request_id:
-            text += f" (request {self.request_id})"
+        context = [c for c in (self.where, self.request_id and f"request {self.request_id}") if c]
+        text = self.reason + (f" ({', '.join(context)})" if context else "")
         if self.attempts > 1:
             text += f" after {self.attempts} attempts"
-        return text
+        return one_line(text)
+
+
+class EndpointUnusable(ModelError):
+    """Not sent: an earlier request of this run found the endpoint unusable."""
+
+
+@dataclass
+class Breaker:
+    """Opens on the first endpoint-wide failure; then no further request is started."""
+
+    reason: str | None = None
+
+    def trip(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded retries with exponential backoff and full jitter; Retry-After is honoured."""
+    """Bounded retries with exponential backoff and full jitter; Retry-After is honoured in
+    full, and one longer than `max_retry_wait` is not waited for at all."""
 
     attempts: int = 4
     base_delay: float = 0.5
     max_delay: float = 30.0
+    max_retry_wait: float = 60.0
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     jitter: Callable[[], float] = random.random
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         backoff = min(self.max_delay, self.base_delay * 2 ** (attempt - 1)) * self.jitter()
         if retry_after is not None:
-            return min(max(retry_after, 0.0), self.max_delay) + backoff / 4
+            return retry_after + backoff / 4
         return backoff
 
 
@@ -103,24 +197,153 @@ def redact(text: str, secret: str) -> str:
     return KEY_LIKE.sub("[redacted]", text)
 
 
+def _seconds(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def parse_retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds to wait, from retry-after-ms or Retry-After (seconds or an HTTP date); None for
+    anything else (`soon`, negative, not finite)."""
     if "retry-after-ms" in headers:
-        try:
-            return float(headers["retry-after-ms"]) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
+        millis = _seconds(headers["retry-after-ms"])
+        if millis is not None:
+            return millis / 1000
+    value = (headers.get("retry-after") or "").strip()
+    if not value:
+        return None
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if moment is None or moment.tzinfo is None:
+        return None
+    return max(moment.timestamp() - time.time(), 0.0)
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        stack.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+
+
+def connection_failure(exc: BaseException, where: str) -> ModelError:
+    """A request that never got an answer. DNS, TLS and a refused connection are the
+    endpoint's, not this request's: nothing else will get through either."""
+    causes = list(_causes(exc))
+    text = " ".join(str(c) for c in causes)
+    if any(isinstance(c, socket.gaierror) for c in causes) or re.search(
+        r"name or service not known|nodename nor servname|name resolution|getaddrinfo", text, re.I
+    ):
+        return ModelError("DNS failure: the host does not resolve", endpoint_wide=True, where=where)
+    if any(isinstance(c, ssl.SSLError) for c in causes) or re.search(r"\bSSL\b|certificate", text):
+        return ModelError("TLS failure", endpoint_wide=True, where=where)
+    refused = any(
+        isinstance(c, ConnectionRefusedError)
+        or (isinstance(c, OSError) and c.errno == errno.ECONNREFUSED)
+        for c in causes
+    ) or re.search(r"connection refused|all connection attempts failed", text, re.I)
+    if refused:
+        return ModelError("connection refused", retryable=True, endpoint_wide=True, where=where)
+    return ModelError(f"connection error ({type(exc).__name__})", retryable=True, where=where)
+
+
+def error_details(data: bytes) -> tuple[str | None, str | None]:
+    """(message, type or code) from any common error body: OpenAI and LiteLLM
+    `{"error": {...}}`, Anthropic `{"type": "error", "error": {...}}`, `{"error": "text"}`,
+    vLLM `{"object": "error", ...}`, FastAPI `{"detail": ...}`, or plain text / HTML."""
+    try:
+        payload = json.loads(data)
+    except (ValueError, RecursionError):
+        text = data[:2000].decode("utf-8", "replace")
+        text = re.sub(r"<[^>]*>", " ", text)  # an HTML error page: its text
+        words = " ".join(text.split())
+        return (words[:300] or None), None
+    if not isinstance(payload, dict):
+        return None, None
+    error = payload.get("error")
+    if isinstance(error, dict):
+        return _text(error.get("message")), _kind(error)
+    if isinstance(error, str):
+        return error, None
+    if payload.get("object") == "error":
+        return _text(payload.get("message")), _kind(payload)
+    for key in ("detail", "message"):
+        if key in payload:
+            return _text(payload[key]), None
+    return None, None
+
+
+def _kind(error: dict) -> str | None:
+    """The error's code when it is a word (OpenAI: invalid_api_key), else its type; numeric
+    codes (vLLM, OpenRouter, LiteLLM's "400") and LiteLLM's "None" say nothing the status
+    does not."""
+    for value in (error.get("code"), error.get("type")):
+        if isinstance(value, str) and value and value != "None" and not value.isdigit():
+            return value[:80]
+    return None
+
+
+def _text(value: object) -> str | None:
     if value is None:
         return None
-    try:
-        return float(value)
-    except ValueError:
-        moment = email.utils.parsedate_to_datetime(value) if value else None
-        return max(moment.timestamp() - time.time(), 0.0) if moment else None
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)[:300]
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def classify(
+    status: int,
+    message: str | None,
+    kind: str | None,
+    *,
+    secret: str,
+    where: str,
+    request_id: str | None,
+    retry_after: float | None,
+    should_retry: str | None = None,
+) -> ModelError:
+    """The ModelError of an HTTP error answer (or an error body under a 200)."""
+    text = f"{kind or ''} {message or ''}"
+    quota = status == 402 or kind in QUOTA_ERRORS or bool(QUOTA_TEXT.search(text))
+    too_long = status == 413 or kind in TOO_LONG_CODES or bool(TOO_LONG_TEXT.search(text))
+    retryable = not (quota or too_long) and (status in (408, 409, 429) or status >= 500)
+    if should_retry in ("true", "false"):  # the server's own word (OpenAI, Anthropic)
+        retryable = should_retry == "true" and not quota
+    reason = f"HTTP {status}"
+    if kind:
+        reason += f" {kind}"
+    if message:
+        reason += f": {redact(message, secret)[:300]}"
+    # A reasoning model refuses max_tokens on every request, not just this one.
+    wrong_param = "max_completion_tokens" in (message or "") and status == 400
+    if wrong_param:
+        reason += " — set model.max_tokens_param: max_completion_tokens"
+    return ModelError(
+        reason,
+        status=status,
+        error_type=kind,
+        request_id=request_id,
+        retryable=retryable,
+        retry_after=retry_after,
+        endpoint_wide=quota or wrong_param or status in (401, 403, 404),
+        too_long=too_long and not quota,
+        where=where,
+    )
 
 
 class ModelClient:
@@ -133,9 +356,11 @@ class ModelClient:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int = 16,
+        breaker: Breaker | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.retry = retry or RetryPolicy()
+        self.breaker = breaker or Breaker()
         self._http = httpx.AsyncClient(
             transport=transport,
             timeout=httpx.Timeout(endpoint.timeout),
@@ -154,142 +379,243 @@ class ModelClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    def _request(self, system: str, user: str) -> tuple[str, dict, dict]:
-        e = self.endpoint
-        base = e.base_url.rstrip("/")
-        if e.api == "anthropic":
-            return (
-                f"{base}/v1/messages",
-                {"x-api-key": e.api_key, "anthropic-version": ANTHROPIC_VERSION},
-                {
-                    "model": e.model,
-                    "max_tokens": e.max_tokens,
-                    "system": system,
-                    "messages": [{"role": "user", "content": user}],
-                },
-            )
-        return (
-            f"{base}/chat/completions",
-            {"authorization": f"Bearer {e.api_key}"},
-            {
-                "model": e.model,
-                "max_tokens": e.max_tokens,
-                "messages": [
-                    {"role": "system", "content": system},
-                    {"role": "user", "content": user},
-                ],
-            },
-        )
-
     async def complete(self, system: str, user: str) -> Completion:
-        """One completion, retried on 429/5xx/connection errors/timeouts, never on 4xx."""
+        """One completion, retried on 429/5xx/connection errors/timeouts, never on other 4xx.
+        An endpoint-wide failure opens the breaker; an open breaker sends nothing."""
         attempt = 1
         while True:
+            if self.breaker.reason is not None:
+                raise EndpointUnusable(f"endpoint unusable: {self.breaker.reason}")
             try:
                 return await self._attempt(system, user)
             except ModelError as exc:
                 exc.attempts = attempt
+                if exc.retryable and (exc.retry_after or 0) > self.retry.max_retry_wait:
+                    exc.reason = (
+                        f"rate limited: asked to wait {exc.retry_after:g} s "
+                        f"(more than --max-retry-wait {self.retry.max_retry_wait:g} s)"
+                    )
+                    exc.retryable, exc.endpoint_wide = False, True
                 if not exc.retryable or attempt >= self.retry.attempts:
+                    if exc.endpoint_wide:
+                        self.breaker.trip(exc.reason)
                     raise
                 await self.retry.sleep(self.retry.delay(attempt, exc.retry_after))
                 attempt += 1
 
     async def _attempt(self, system: str, user: str) -> Completion:
-        url, headers, body = self._request(system, user)
         timeout = self.endpoint.timeout
         try:
-            response = await asyncio.wait_for(
-                self._http.post(url, headers=headers, json=body), timeout
+            return await asyncio.wait_for(self._exchange(system, user), timeout)
+        except TimeoutError:
+            raise ModelError(
+                f"no response within {timeout:g}s", retryable=True, where=self.endpoint.where
+            ) from None
+
+    async def _exchange(self, system: str, user: str) -> Completion:
+        e = self.endpoint
+        try:
+            request = self._http.build_request(
+                "POST", e.url, params=e.params(), headers=e.headers(), json=e.body(system, user)
             )
-        except (TimeoutError, httpx.TimeoutException):
-            raise ModelError(f"no response within {timeout:g}s", retryable=True) from None
-        except httpx.TransportError as exc:
-            raise ModelError(f"connection error ({type(exc).__name__})", retryable=True) from None
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
+            raise ModelError(f"invalid URL ({exc})", endpoint_wide=True, where=e.where) from None
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TimeoutException:
+            raise ModelError(
+                f"no response within {e.timeout:g}s", retryable=True, where=e.where
+            ) from None
+        except (httpx.HTTPError, OSError) as exc:
+            raise connection_failure(exc, e.where) from None
+        try:
+            data = await self._read(response)
+        finally:
+            await response.aclose()
+        return self._answer(response, data)
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        declared = response.headers.get("content-length", "")
+        too_large = ModelError(
+            f"the response body is larger than {MAX_BODY_BYTES // 2**20} MiB",
+            where=self.endpoint.where,
+        )
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise too_large
+        chunks, size = [], 0
+        try:
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise too_large
+                chunks.append(chunk)
+        except httpx.DecodingError:
+            encoding = response.headers.get("content-encoding", "?")
+            raise ModelError(
+                f"malformed response: the body does not decode as {encoding}",
+                where=self.endpoint.where,
+            ) from None
+        except httpx.TimeoutException:
+            raise ModelError(
+                f"no response within {self.endpoint.timeout:g}s",
+                retryable=True,
+                where=self.endpoint.where,
+            ) from None
+        except (httpx.HTTPError, OSError) as exc:
+            raise connection_failure(exc, self.endpoint.where) from None
+        return b"".join(chunks)
+
+    def _answer(self, response: httpx.Response, data: bytes) -> Completion:
+        e = self.endpoint
         request_id = response.headers.get("x-request-id") or response.headers.get("request-id")
-        if response.status_code >= 400:
-            raise self._http_error(response, request_id)
-        try:
-            payload = response.json()
-        except ValueError:
-            raise ModelError("malformed response: not JSON", request_id=request_id) from None
-        try:
-            if self.endpoint.api == "anthropic":
-                return self._anthropic(payload, request_id)
-            return self._openai(payload, request_id)
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise ModelError(f"malformed response: missing {exc}", request_id=request_id) from None
-
-    def _http_error(self, response: httpx.Response, request_id: str | None) -> ModelError:
         status = response.status_code
-        error_type = message = None
+        if 300 <= status < 400:
+            location = response.headers.get("location", "")
+            target = str(response.url.join(location)) if location else "another URL"
+            raise ModelError(
+                f"endpoint redirected to {target}: set base_url to it",
+                status=status,
+                endpoint_wide=True,
+                where=e.where,
+            )
+        if status >= 400:
+            message, kind = error_details(data)
+            raise self._error(status, message, kind, request_id, response.headers)
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" in content_type or data.lstrip().startswith(
+            (b"data:", b"event:", b":")
+        ):
+            raise ModelError(
+                "the endpoint answered with an event stream; volumetool needs a plain JSON "
+                "response (is a proxy forcing stream: true?)",
+                endpoint_wide=True,
+                where=e.where,
+                request_id=request_id,
+            )
         try:
-            error = response.json().get("error")
-            if isinstance(error, dict):
-                error_type = error.get("code") or error.get("type")
-                message = error.get("message")
-        except (ValueError, AttributeError):
-            pass
-        quota = error_type in QUOTA_ERRORS or "quota" in str(message or "").lower()
-        retryable = (status == 429 and not quota) or status == 408 or status >= 500
-        reason = f"HTTP {status}"
-        if error_type:
-            reason += f" {error_type}"
-        if message:
-            reason += f": {redact(str(message), self.endpoint.api_key)[:300]}"
-        return ModelError(
-            reason,
-            status=status,
-            error_type=error_type,
+            payload = json.loads(data)
+        except RecursionError:
+            raise self._malformed("JSON nested too deeply", request_id) from None
+        except ValueError:
+            raise self._malformed("not JSON", request_id) from None
+        if not isinstance(payload, dict):
+            raise self._malformed("not a JSON object", request_id)
+        if "error" in payload and not ("choices" in payload or "content" in payload):
+            message, kind = error_details(data)
+            code = payload["error"].get("code") if isinstance(payload["error"], dict) else None
+            status = code if isinstance(code, int) and 400 <= code < 600 else status
+            raise self._error(status, message, kind, request_id, response.headers)
+        parse = _anthropic if e.api == "anthropic" else _openai
+        try:
+            return parse(payload, request_id)
+        except _Malformed as exc:
+            raise self._malformed(str(exc), request_id, exc.usage) from None
+
+    def _error(
+        self,
+        status: int,
+        message: str | None,
+        kind: str | None,
+        request_id: str | None,
+        headers: httpx.Headers,
+    ) -> ModelError:
+        return classify(
+            status,
+            message,
+            kind,
+            secret=self.endpoint.api_key,
+            where=self.endpoint.where,
             request_id=request_id,
-            retryable=retryable,
-            retry_after=parse_retry_after(response.headers),
+            retry_after=parse_retry_after(headers),
+            should_retry=(headers.get("x-should-retry") or "").strip().lower() or None,
         )
 
-    @staticmethod
-    def _openai(payload: dict, request_id: str | None) -> Completion:
-        choice = payload["choices"][0]
-        message = choice["message"]
-        usage = payload.get("usage") or {}
-        content = message.get("content")
-        if isinstance(content, list):  # some compatible servers answer with content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        if message.get("tool_calls") or message.get("function_call"):
-            finish = "tool_call"
-        elif choice.get("finish_reason") == "length":
-            finish = "length"
-        else:
-            finish = "stop"
-        if content is not None and not isinstance(content, str):
-            raise TypeError("content")
-        return Completion(
-            content,
-            finish,
-            Usage(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))),
-            request_id,
+    def _malformed(
+        self, what: str, request_id: str | None, usage: Usage | None = None
+    ) -> ModelError:
+        return ModelError(
+            f"malformed response: {what}",
+            where=self.endpoint.where,
+            request_id=request_id,
+            usage=usage,
         )
 
-    @staticmethod
-    def _anthropic(payload: dict, request_id: str | None) -> Completion:
-        blocks = payload["content"]
-        text = "".join(b["text"] for b in blocks if b.get("type") == "text")
-        tool_use = any(b.get("type") == "tool_use" for b in blocks)
-        stop = payload.get("stop_reason")
-        finish = (
-            "tool_call"
-            if tool_use or stop == "tool_use"
-            else ("length" if stop == "max_tokens" else "stop")
+
+class _Malformed(ValueError):
+    def __init__(self, what: str, usage: Usage | None = None) -> None:
+        super().__init__(what)
+        self.usage = usage
+
+
+def _mapping(value: object, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise _Malformed(f"{what} is not an object")
+    return value
+
+
+def _openai(payload: dict, request_id: str | None) -> Completion:
+    raw_usage = payload.get("usage")
+    usage = (
+        Usage.of_call(raw_usage.get("prompt_tokens"), raw_usage.get("completion_tokens"))
+        if isinstance(raw_usage, dict)
+        else Usage()
+    )
+    choices = payload.get("choices")
+    if not isinstance(choices, list):
+        raise _Malformed("no choices", usage)
+    if not choices:
+        raise _Malformed("an empty choices list", usage)
+    choice = _mapping(choices[0], "choices[0]")
+    message = _mapping(choice.get("message"), "choices[0].message")
+    content = message.get("content")
+    if isinstance(content, list):  # some compatible servers answer with content parts
+        content = "".join(
+            p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
         )
-        usage = payload.get("usage") or {}
-        prompt = _int(usage.get("input_tokens"))
+    if content is not None and not isinstance(content, str):
+        raise _Malformed("message.content is neither text nor null", usage)
+    refusal = message.get("refusal")
+    finish = choice.get("finish_reason")
+    return Completion(
+        content,
+        finish if isinstance(finish, str) else None,
+        usage,
+        refusal=refusal if isinstance(refusal, str) and refusal else None,
+        tool_call=bool(message.get("tool_calls") or message.get("function_call")),
+        request_id=request_id,
+    )
+
+
+def _anthropic(payload: dict, request_id: str | None) -> Completion:
+    raw_usage = payload.get("usage")
+    usage = Usage()
+    if isinstance(raw_usage, dict):
+        call = Usage.of_call(raw_usage.get("input_tokens"), raw_usage.get("output_tokens"))
+        prompt = call.input_tokens
         if prompt is not None:
             # The prompt's real size: cached and cache-creating tokens are input too.
-            prompt += sum(
-                _int(usage.get(k)) or 0
-                for k in ("cache_creation_input_tokens", "cache_read_input_tokens")
-            )
-        return Completion(
-            text if blocks else None,
-            finish,
-            Usage(prompt, _int(usage.get("output_tokens"))),
-            request_id,
-        )
+            for name in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+                prompt += Usage.of_call(raw_usage.get(name), None).input_tokens or 0
+        usage = Usage.of_call(prompt, call.output_tokens)
+    blocks = payload.get("content")
+    if not isinstance(blocks, list):
+        raise _Malformed("no content list", usage)
+    texts = []
+    tool_call = False
+    for block in blocks:
+        block = _mapping(block, "a content block")
+        kind = block.get("type")
+        if kind == "text":
+            if not isinstance(block.get("text"), str):
+                raise _Malformed("a text block without text", usage)
+            texts.append(block["text"])
+        elif kind in ("tool_use", "server_tool_use"):
+            tool_call = True
+    stop = payload.get("stop_reason")
+    return Completion(
+        "".join(texts) if texts else None,
+        stop if isinstance(stop, str) else None,
+        usage,
+        tool_call=tool_call,
+        request_id=request_id,
+    )

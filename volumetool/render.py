@@ -20,10 +20,12 @@ FLAT_WIDTH = 72  # table cells wider than this wrap, so long content stays reada
 
 # What must never reach a terminal raw: C0 and C1 controls (ESC starts every terminal command:
 # clipboard writes, screen clears), DEL, line and paragraph separators, and the bidirectional
-# controls that make text display in another order than it reads ("Trojan Source").
+# controls that make text display in another order than it reads ("Trojan Source"), and lone
+# surrogates (not Unicode at all: no terminal, file or SQLite text column can take them).
 CONTROL_CHARS = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
 BIDI_CHARS = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_UNSAFE = re.compile(f"[{CONTROL_CHARS}{BIDI_CHARS}]")
+SURROGATES = r"\ud800-\udfff"
+_UNSAFE = re.compile(f"[{CONTROL_CHARS}{BIDI_CHARS}{SURROGATES}]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -132,3 +134,10 @@ def _cell(value: object) -> str:
     import textwrap
 
     return "\n".join(textwrap.wrap(text, FLAT_WIDTH) or [""])
+
+
+def one_line(text: str, limit: int = 500) -> str:
+    """Text from elsewhere (a server's error, a planted value) as one escaped line of at most
+    `limit` characters, safe to print and to store."""
+    line = escape_control(text)
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import math
 import sys
 
 import click
@@ -32,20 +32,38 @@ from volumetool.cli.options import busy_timeout_option, wait_option
 @click.option("--api-key-env", metavar="VAR", help="Override model.api_key_env (a NAME).")
 @click.option(
     "--prompt-file",
-    type=click.File("r", encoding="utf-8"),
     metavar="FILE",
-    help="Replace the summary prompt.",
+    help="Replace the summary prompt (UTF-8 text; the rules that fence the transcript stay).",
+)
+@click.option(
+    "--instructions",
+    metavar="TEXT",
+    help="Add to the summary prompt, as `/compact TEXT` does: what to keep, what to drop.",
 )
 @click.option(
     "--max-summary-tokens",
-    type=click.IntRange(min=16),
+    type=click.IntRange(min=16, max=1_000_000),
     default=4096,
     show_default=True,
     help="max_tokens of the summary request.",
 )
 @click.option(
+    "--max-input-tokens",
+    type=click.IntRange(min=1_000, max=100_000_000),
+    default=100_000,
+    show_default=True,
+    help="Larger folds (estimated) are summarized in parts, in order.",
+)
+@click.option(
+    "--min-fold-tokens",
+    type=click.IntRange(min=0, max=100_000_000),
+    default=200,
+    show_default=True,
+    help="Skip, without a call, a fold estimated smaller than this.",
+)
+@click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=click.FloatRange(min=0.1, max=86_400),
     default=60.0,
     show_default=True,
     metavar="SECONDS",
@@ -59,6 +77,14 @@ from volumetool.cli.options import busy_timeout_option, wait_option
     help="Retries on 429, 5xx, connection errors and timeouts.",
 )
 @click.option(
+    "--max-retry-wait",
+    type=click.FloatRange(min=0, max=86_400),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A Retry-After longer than this fails at once and stops calls to the endpoint.",
+)
+@click.option(
     "--concurrency",
     type=click.IntRange(min=1, max=64),
     default=4,
@@ -67,7 +93,8 @@ from volumetool.cli.options import busy_timeout_option, wait_option
 )
 @wait_option
 @busy_timeout_option
-@click.option("--json", "as_json", is_flag=True, help="Results as one JSON array.")
+@click.option("--json", "output", flag_value="json", help="Results as one JSON array.")
+@click.option("--nl", "output", flag_value="nl", help="Results as JSON, one object a line.")
 def compact(
     volumes,
     config_file,
@@ -79,13 +106,17 @@ def compact(
     base_url,
     api_key_env,
     prompt_file,
+    instructions,
     max_summary_tokens,
+    max_input_tokens,
+    min_fold_tokens,
     timeout,
     retries,
+    max_retry_wait,
     concurrency,
     wait,
     busy_timeout,
-    as_json,
+    output,
 ) -> None:
     """Compact threads: fold every live turn but the last two into a summary written by
     model.small (else model.name).
@@ -105,9 +136,12 @@ def compact(
     """
     from volumetool.compaction.run import OUTCOME_FIELDS, Request
     from volumetool.compaction.run import compact as run
-    from volumetool.config import AgentConfig, MemorySettings, load_config
+    from volumetool.config import load_config
     from volumetool.model_client import RetryPolicy
+    from volumetool.settings import AgentConfig, MemorySettings
 
+    if not math.isfinite(timeout) or not math.isfinite(max_retry_wait):
+        raise click.BadParameter("must be a finite number of seconds", param_hint="'--timeout'")
     config = (
         load_config(config_file)
         if config_file
@@ -115,7 +149,7 @@ def compact(
     )
     request_kwargs = {}
     if prompt_file is not None:
-        request_kwargs["prompt"] = prompt_file.read()
+        request_kwargs["prompt"] = read_prompt(prompt_file)
     request = Request(
         config=config,
         key=key,
@@ -125,12 +159,15 @@ def compact(
         api=api,
         base_url=base_url,
         api_key_env=api_key_env,
+        instructions=instructions,
         max_summary_tokens=max_summary_tokens,
+        max_input_tokens=max_input_tokens,
+        min_fold_tokens=min_fold_tokens,
         timeout=timeout,
         concurrency=concurrency,
         wait=wait,
         busy_timeout=busy_timeout,
-        retry=RetryPolicy(attempts=retries + 1),
+        retry=RetryPolicy(attempts=retries + 1, max_retry_wait=max_retry_wait),
         **request_kwargs,
     )
     show_progress = sys.stderr.isatty() and not dry_run
@@ -150,20 +187,36 @@ def compact(
                 bar.update(1)
 
         outcomes, code = run(list(volumes) or [None], request, on_planned=planned, on_done=done)
-    if as_json:
-        click.echo(
-            json.dumps(
-                [{k: o.as_dict()[k] for k in OUTCOME_FIELDS} for o in outcomes],
-                indent=2,
-                ensure_ascii=False,
-            )
-        )
+    if output:
+        from volumetool.render import OutputFormat, render
+
+        render((o.as_dict() for o in outcomes), OUTCOME_FIELDS, OutputFormat(output), sys.stdout)
     else:
         for outcome in outcomes:
             click.echo(outcome.line())
-        counts: dict[str, int] = {}
-        for outcome in outcomes:
-            counts[outcome.status] = counts.get(outcome.status, 0) + 1
-        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-        click.echo(f"volumetool: {summary or 'nothing due'}", err=True)
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    click.echo(f"volumetool: {summary or 'nothing due'}", err=True)
     sys.exit(code)
+
+
+def read_prompt(path: str) -> str:
+    """The --prompt-file text: UTF-8, not empty; `-` is stdin."""
+    from volumetool.errors import UnusableInput
+
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()  # noqa: SIM115
+    except OSError as exc:
+        raise UnusableInput(f"{path}: cannot read the prompt file ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UnusableInput(
+            f"{path}: the prompt file is not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start})"
+        ) from None
+    if not text.strip():
+        raise UnusableInput(f"{path}: the prompt file is empty")
+    return text

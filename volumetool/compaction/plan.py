@@ -1,7 +1,9 @@
-"""The pure core of compaction: is a thread due, and which of its messages fold.
+"""The pure core of compaction: is a thread due, may it be tried now, and which of its messages
+fold.
 
-Nothing here touches SQLite, HTTP or the clock, so property tests can run it over thousands of
-random transcripts a second. The store reads the inputs; apply writes the outcome.
+Nothing here touches SQLite, HTTP or the clock (the time is passed in), so property tests can
+run it over thousands of random transcripts a second. The store reads the inputs; apply writes
+the outcome.
 """
 
 from __future__ import annotations
@@ -9,20 +11,27 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from volumetool.config import MemorySettings
+from volumetool.settings import MemorySettings
 
 MIN_LIVE_TURNS = 3
 KEPT_TURNS = 2
+BACKOFF_BASE = timedelta(minutes=15)
+BACKOFF_MAX = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
 class Message:
+    """A message as the plan saw it. All of it but `id` is compared again at commit: after a
+    /reset SQLite may give a new message the id of a deleted one."""
+
     id: int
     role: str
     content: str
     tool_calls: str | None = None  # JSON array, as stored
     tool_call_id: str | None = None
+    created_at: str = ""
 
     def call_ids(self) -> list[str]:
         """The ids of the tool calls this message makes (none when tool_calls is not JSON)."""
@@ -30,11 +39,21 @@ class Message:
             return []
         try:
             calls = json.loads(self.tool_calls)
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
         if not isinstance(calls, list):
             return []
         return [str(c["id"]) for c in calls if isinstance(c, dict) and c.get("id") is not None]
+
+    def identity(self) -> tuple:
+        return (
+            self.id,
+            self.role,
+            self.content,
+            self.tool_calls,
+            self.tool_call_id,
+            self.created_at,
+        )
 
 
 @dataclass(frozen=True)
@@ -112,6 +131,15 @@ def check_due(
     return Due(True, f"{figure:,} >= {threshold:,} input tokens", figure, threshold)
 
 
+def backoff_until(failures: int, last_failure_at: datetime | None) -> datetime | None:
+    """When a thread whose latest `failures` compaction runs (since its last successful one)
+    all failed may be tried again: min(15 min × 2^(n−1), 24 h) after the last failure."""
+    if failures < 1 or last_failure_at is None:
+        return None
+    wait = BACKOFF_BASE * 2 ** min(failures - 1, 16)
+    return last_failure_at + min(wait, BACKOFF_MAX)
+
+
 @dataclass(frozen=True)
 class FoldPlan:
     prefix: tuple[Message, ...]
@@ -124,33 +152,62 @@ class FoldPlan:
         return not self.fold
 
 
-def plan_fold(live: Sequence[Message]) -> FoldPlan:
-    """Fold every live turn except the last two; the prefix and those turns stay as they are.
+PREFIX = -1  # the segment index of the prefix, before turn 0
 
-    A tool call and its result never part: when a kept message answers a call made in a turn
-    that would fold, that turn is kept too.
-    """
-    prefix, turns = split_turns(live)
+
+def _pairs(prefix: Sequence[Message], turns: Sequence[Sequence[Message]]) -> list[tuple[int, int]]:
+    """(segment of a tool call, segment of its result) for every answered call, where a
+    segment is the index of the turn holding the message, PREFIX for the prefix."""
+    segments = [(PREFIX, prefix), *enumerate(turns)]
+    called: dict[str, int] = {}
+    pairs = []
+    for segment, messages in segments:
+        for message in messages:
+            if message.tool_call_id is not None and message.tool_call_id in called:
+                pairs.append((called[message.tool_call_id], segment))
+            for call_id in message.call_ids():
+                called.setdefault(call_id, segment)
+    return pairs
+
+
+def fold_cut(prefix: Sequence[Message], turns: Sequence[Sequence[Message]]) -> int:
+    """How many turns fold: all but the last two, less whatever keeps a tool call and its
+    result on the same side of every boundary (prefix | fold | kept turns)."""
+    pairs = _pairs(prefix, turns)
     cut = max(len(turns) - KEPT_TURNS, 0)
-    while cut > 0:
-        folded_calls = {cid for turn in turns[:cut] for m in turn for cid in m.call_ids()}
-        kept_answers = {m.tool_call_id for turn in turns[cut:] for m in turn if m.tool_call_id}
-        split = folded_calls & kept_answers
-        if not split:
-            break
-        cut = next(
-            n
-            for n, turn in enumerate(turns)
-            if any(cid in split for m in turn for cid in m.call_ids())
-        )
+    moved = True
+    while moved and cut > 0:
+        moved = False
+        for call, result in pairs:
+            if call == PREFIX and 0 <= result < cut:  # a prefix call answered in the fold
+                cut, moved = result, True
+            elif 0 <= call < cut <= result:  # a folded call answered in a kept turn
+                cut, moved = call, True
+    return cut
+
+
+def plan_fold(live: Sequence[Message]) -> FoldPlan:
+    """Fold every live turn except the last two; the prefix and those turns stay as they are,
+    and no tool call is parted from its result."""
+    prefix, turns = split_turns(live)
+    cut = fold_cut(prefix, turns)
     fold = tuple(m for turn in turns[:cut] for m in turn)
     keep = tuple(m for turn in turns[cut:] for m in turn)
     return FoldPlan(tuple(prefix), fold, keep, cut)
 
 
+def estimate_text_tokens(text: str) -> int:
+    """A rough token count: four characters a token for ASCII, more for other scripts (a CJK
+    character is a token or more), so that estimates err on the large side."""
+    extra = len(text.encode("utf-8", "surrogatepass")) - len(text)
+    return (len(text) + 3) // 4 + extra // 2
+
+
 def estimate_tokens(previous_summary: str | None, fold: Sequence[Message]) -> int:
-    """A rough token count (four characters a token) of what a summary would replace."""
-    return replaced_chars(previous_summary, fold) // 4
+    """A rough token count of what a summary would replace: the old summary and the fold."""
+    return estimate_text_tokens(previous_summary or "") + sum(
+        estimate_text_tokens(m.content) + estimate_text_tokens(m.tool_calls or "") for m in fold
+    )
 
 
 def replaced_chars(previous_summary: str | None, fold: Sequence[Message]) -> int:

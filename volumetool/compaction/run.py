@@ -1,67 +1,54 @@
 """Running compaction over volumes, by hand or from cron.
 
-Each volume is locked (so two volumetool compactions never overlap), planned in one read
-snapshot, then its due threads are summarized with at most `concurrency` model calls in
-flight. Writes are serialized: each ending is one BEGIN IMMEDIATE transaction that re-checks
+Each volume is checked, then locked (so two volumetool compactions never overlap), planned in
+one read snapshot; then its due threads are summarized with at most `concurrency` model calls
+in flight. Writes are serialized: each ending is one BEGIN IMMEDIATE transaction that re-checks
 the snapshot, so whatever the agent appended meanwhile stays live and untouched.
+
+Whatever goes wrong with one thread — any exception, any response — becomes that thread's
+outcome; the other threads go on, and every thread gets its line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
 
 import httpx
 
-from volumetool.compaction.plan import Due, FoldPlan, estimate_tokens, plan_fold
+from volumetool.compaction.plan import (
+    Due,
+    FoldPlan,
+    backoff_until,
+    check_due,
+    estimate_text_tokens,
+    estimate_tokens,
+    plan_fold,
+)
+from volumetool.compaction.prompt import DEFAULT_PROMPT, MIN_PART_TOKENS, system_prompt
 from volumetool.compaction.store import (
+    RunTimes,
     Thread,
     active_threads,
     commit_summary,
     conflict_reason,
     load_thread,
-    record_conflict,
     record_failure,
-    thread_due,
+    thread_facts,
 )
-from volumetool.compaction.summarize import (
-    DEFAULT_PROMPT,
-    SummaryRejected,
-    accept_summary,
-    render_request,
-)
-from volumetool.config import API_DEFAULTS, AgentConfig
-from volumetool.errors import (
-    Busy,
-    ProblemsFound,
-    SchemaMismatch,
-    UnusableInput,
-    VolumetoolError,
-    worst_exit_code,
-)
-from volumetool.model_client import Endpoint, ModelClient, ModelError, RetryPolicy, Usage
-from volumetool.timefmt import now_iso
+from volumetool.compaction.summarize import Limits, Summary, SummaryFailed, summarize
+from volumetool.errors import Busy, UnusableInput, VolumetoolError, worst_exit_code
+from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy
+from volumetool.render import escape_control, one_line
+from volumetool.settings import API_DEFAULTS, AgentConfig, base_url_problem
+from volumetool.timefmt import iso, now_iso
+from volumetool.usage import Usage
 from volumetool.volume import Volume, resolve, volume_lock
-
-OUTCOME_FIELDS = (
-    "volume",
-    "conversation_key",
-    "session_id",
-    "status",
-    "folded_turns",
-    "folded_messages",
-    "model",
-    "input_tokens",
-    "output_tokens",
-    "run_id",
-    "error",
-    "last_input_tokens",
-    "threshold",
-    "estimated_tokens",
-)
 
 
 @dataclass(frozen=True)
@@ -77,12 +64,16 @@ class Request:
     base_url: str | None = None
     api_key_env: str | None = None
     prompt: str = DEFAULT_PROMPT
+    instructions: str | None = None
     max_summary_tokens: int = 4096
+    max_input_tokens: int = 100_000
+    min_fold_tokens: int = 200
     timeout: float = 60.0
     concurrency: int = 4
     wait: float = 0.0
     busy_timeout: float = 5.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
 
 
 @dataclass
@@ -101,6 +92,7 @@ class Outcome:
     last_input_tokens: int | None = None
     threshold: int | None = None
     estimated_tokens: int | None = None
+    saved_tokens: int | None = None
     exit_code: int = field(default=0, repr=False)
 
     def as_dict(self) -> dict:
@@ -109,22 +101,28 @@ class Outcome:
         return data
 
     def line(self) -> str:
-        where = f"{self.volume} {self.conversation_key or ''}".rstrip()
+        """One line for people: every part that came from a volume or a server is escaped."""
+        key = escape_control(self.conversation_key or "")
+        where = f"{escape_control(self.volume)} {key}".rstrip()
         fold = f"{self.folded_turns} turn(s), {self.folded_messages} message(s)"
+        model = escape_control(self.model or "(none set)")
         if self.status == "compacted":
             return (
-                f"{where}: compacted {fold} with {self.model}; "
-                f"{_n(self.input_tokens)} in, {_n(self.output_tokens)} out; run {self.run_id}"
+                f"{where}: compacted {fold} with {model}; "
+                f"{_n(self.input_tokens)} in, {_n(self.output_tokens)} out, "
+                f"~{_n(self.saved_tokens)} saved; run {self.run_id}"
             )
         if self.status == "would_compact":
             return (
-                f"{where}: would compact {fold}, ~{self.estimated_tokens:,} tokens; last input "
-                f"{_n(self.last_input_tokens)} (threshold {_n(self.threshold)}); "
-                f"model {self.model or '(none set)'}"
+                f"{where}: would compact {fold}, ~{_n(self.estimated_tokens)} tokens; last "
+                f"input {_n(self.last_input_tokens)} (threshold {_n(self.threshold)}); "
+                f"model {model}"
             )
-        if self.status == "failed" and self.run_id:
-            return f"{where}: failed: {self.error} (run {self.run_id})"
-        return f"{where}: {self.status}: {self.error}"
+        run = f" (run {self.run_id})" if self.run_id else ""
+        return f"{where}: {self.status}: {one_line(self.error or '')}{run}"
+
+
+OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome) if f.name != "exit_code")
 
 
 def _n(value: int | None) -> str:
@@ -139,14 +137,34 @@ class Job:
     due: Due
 
 
+def check_api_key(key: str, variable: str) -> str:
+    """A key that cannot travel in an HTTP header is a usage error, named by its variable
+    (the key itself is never shown)."""
+    if not key.isascii() or any(c in key for c in "\r\n\x00") or key != key.strip():
+        raise UnusableInput(
+            f"${variable} holds characters an HTTP header cannot carry (non-ASCII, a line "
+            "break or surrounding whitespace)",
+            "export the key alone, with no quotes or newline",
+        )
+    return key
+
+
 def resolve_endpoint(request: Request, need_key: bool) -> tuple[str | None, Endpoint | None]:
-    """The summary model and its endpoint: overrides first, then model.small, model.name."""
+    """The summary model and its endpoint: overrides first, then model.small, model.name.
+    Anything that cannot work is a usage error here, before any volume is touched."""
     settings = request.config.model
     model = request.model or settings.summary_model
     api = request.api or settings.api
     same_api = api == settings.api
     base_url = request.base_url or (settings.base_url if same_api else API_DEFAULTS[api][0])
     key_env = request.api_key_env or (settings.api_key_env if same_api else API_DEFAULTS[api][1])
+    base_url = base_url or API_DEFAULTS[api][0]
+    problem = base_url_problem(base_url, api)
+    if problem:
+        raise UnusableInput(
+            f"base_url {escape_control(base_url)!r} cannot work: {problem}",
+            "fix model.base_url in the config or --base-url",
+        )
     if not need_key:
         return model, None
     if not model:
@@ -159,60 +177,112 @@ def resolve_endpoint(request: Request, need_key: bool) -> tuple[str | None, Endp
         raise UnusableInput(f"${key_env} is not set", "export the API key in that variable")
     return model, Endpoint(
         api,
-        base_url or API_DEFAULTS[api][0],
+        base_url,
         model,
-        key,
+        check_api_key(key, key_env or "?"),
         request.max_summary_tokens,
         request.timeout,
+        auth=settings.auth if same_api else None,
+        api_version=settings.api_version if same_api else None,
+        max_tokens_param=settings.max_tokens_param if api == "openai" else "max_tokens",
     )
 
 
-def plan_volume(
-    volume: Volume, request: Request, model: str | None
-) -> tuple[list[Job], list[Outcome]]:
-    """The jobs of one volume, from one read snapshot; threads named by --key that will not
-    be compacted come back as `skipped` outcomes."""
-    settings = request.config.memory
-    jobs: list[Job] = []
-    skipped: list[Outcome] = []
-    name = str(volume.path)
+def check_request(request: Request) -> None:
+    """Usage errors of the request as a whole (exit 2)."""
+    if request.force and request.key is None:
+        raise UnusableInput("--force needs --key: it compacts one named thread")
+    if request.force and request.config.memory.scope != "thread":
+        raise UnusableInput(
+            "--force with memory.scope: none: there is no history to compact",
+            "set memory.scope: thread in the config",
+        )
+    if not math.isfinite(request.timeout) or request.timeout <= 0:
+        raise UnusableInput("--timeout must be a finite number of seconds")
+    system = system_prompt(request.prompt, request.instructions)
+    least = estimate_text_tokens(system) + request.max_summary_tokens + MIN_PART_TOKENS + 200
+    if request.max_input_tokens < least:
+        raise UnusableInput(
+            f"--max-input-tokens {request.max_input_tokens:,} leaves no room for the "
+            f"conversation beside the prompt and --max-summary-tokens (at least {least:,})"
+        )
 
-    def skip(key: str, session_id: int | None, reason: str, due: Due | None = None) -> None:
-        skipped.append(
+
+class _Planner:
+    """The jobs of one volume, from one read snapshot; threads that will not be compacted
+    come back as outcomes saying why."""
+
+    def __init__(self, volume: Volume, request: Request, model: str | None) -> None:
+        self.volume, self.request, self.model = volume, request, model
+        self.jobs: list[Job] = []
+        self.outcomes: list[Outcome] = []
+        self.now = request.clock()
+
+    def skip(
+        self, key: str, session_id: int | None, reason: str, due: Due | None = None, code: int = 0
+    ) -> None:
+        self.outcomes.append(
             Outcome(
-                name,
+                str(self.volume.path),
                 key,
                 session_id,
                 "skipped",
-                model=model,
+                model=self.model,
                 error=reason,
                 last_input_tokens=due.last_input_tokens if due else None,
                 threshold=due.threshold if due else None,
+                exit_code=code,
             )
         )
 
-    with volume.snapshot() as conn:
-        if request.key is not None:
-            candidates = active_threads(conn, key=request.key)
-            if not candidates:
-                skip(request.key, None, "no active thread under this key")
-        elif settings.compaction_enabled:
-            candidates = active_threads(conn, threshold=settings.compact_at_tokens)
-        else:
-            candidates = []
-        for session_id, key in candidates:
-            due = thread_due(conn, session_id, settings)
-            if not due.due and not request.force:
-                if request.key is not None:
-                    skip(key, session_id, f"not due: {due.reason} (--force compacts anyway)", due)
-                continue
-            thread = load_thread(conn, session_id)
-            plan = plan_fold(thread.live)
-            if plan.empty:
-                skip(key, session_id, "nothing to fold: the last two turns are kept", due)
-                continue
-            jobs.append(Job(volume, thread, plan, due))
-    return jobs, skipped
+    def plan(self) -> None:
+        request, settings = self.request, self.request.config.memory
+        with self.volume.snapshot() as conn:
+            if request.key is not None:
+                candidates = active_threads(conn, key=request.key)
+                if not candidates:
+                    self.skip(request.key, None, "no active thread under this key", code=1)
+            elif settings.compaction_enabled:
+                candidates = active_threads(conn, threshold=settings.compact_at_tokens)
+            else:
+                candidates = []
+            for session_id, key in candidates:
+                self.consider(conn, session_id, key)
+
+    def consider(self, conn, session_id: int, key: str) -> None:
+        request = self.request
+        facts = thread_facts(conn, session_id)
+        due = check_due(request.config.memory, facts.runs, facts.live_turns)
+        if not due.due and not request.force:
+            if request.key is not None:
+                self.skip(key, session_id, f"not due: {due.reason} (--force compacts anyway)", due)
+            return
+        until = backoff_until(facts.failures, facts.last_failure_at)
+        if until is not None and until > self.now and not request.force:
+            self.skip(
+                key,
+                session_id,
+                f"backing off after {facts.failures} failed compaction(s): next try at "
+                f"{iso(until)} (--force tries now)",
+                due,
+            )
+            return
+        thread = load_thread(conn, session_id)
+        plan = plan_fold(thread.live)
+        if plan.empty:
+            self.skip(key, session_id, "nothing to fold: the last two turns are kept", due)
+            return
+        folded = estimate_tokens(None, plan.fold)
+        if folded < request.min_fold_tokens:
+            self.skip(
+                key,
+                session_id,
+                f"nothing worth folding: ~{folded:,} tokens < --min-fold-tokens "
+                f"{request.min_fold_tokens:,}",
+                due,
+            )
+            return
+        self.jobs.append(Job(self.volume, thread, plan, due))
 
 
 def _planned(job: Job, model: str | None, status: str, **values: object) -> Outcome:
@@ -231,39 +301,88 @@ def _planned(job: Job, model: str | None, status: str, **values: object) -> Outc
     )
 
 
-def finish(
-    job: Job,
-    model: str,
-    summary: str | None,
-    failure: str | None,
-    usage: Usage,
-    started: str,
-    finished: str,
-) -> Outcome:
+@dataclass
+class Ending:
+    """How a thread's summary request ended, before anything is written."""
+
+    model: str
+    times: RunTimes
+    summary: Summary | None = None
+    failure: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+def _tokens(usage: Usage) -> dict:
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+
+
+def write_ending(job: Job, ending: Ending) -> Outcome:
     """Write how one compaction ended, in one transaction."""
-    thread, fold = job.thread, job.plan.fold
-    tokens = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
-    try:
-        with job.volume.write() as conn:
-            if failure is not None:
-                run_id = record_failure(conn, thread, model, failure, usage, started, finished)
-                return _planned(
-                    job, model, "failed", run_id=run_id, error=failure, exit_code=1, **tokens
-                )
-            reason = conflict_reason(conn, thread, fold)
-            if reason is not None:
-                record_conflict(conn, thread, model, reason, usage, finished)
-                return _planned(job, model, "conflict", error=reason, exit_code=1, **tokens)
-            run_id = commit_summary(
-                conn, thread, fold, summary or "", model, usage, started, finished
+    thread, fold, model = job.thread, job.plan.fold, ending.model
+    usage = ending.summary.usage if ending.summary else ending.usage
+    with job.volume.write() as conn:
+        if ending.summary is None:
+            failure = ending.failure or "no summary"
+            run_id = record_failure(conn, thread, model, failure, usage, ending.times)
+            return _planned(
+                job, model, "failed", run_id=run_id, error=failure, exit_code=1, **_tokens(usage)
             )
-            return _planned(job, model, "compacted", run_id=run_id, **tokens)
+        reason = conflict_reason(conn, thread, fold)
+        if reason is not None:
+            run_id = record_failure(
+                conn, thread, model, reason, usage, ending.times, action="conflict"
+            )
+            return _planned(
+                job, model, "conflict", run_id=run_id, error=reason, exit_code=1, **_tokens(usage)
+            )
+        text = ending.summary.text
+        run_id = commit_summary(conn, thread, fold, text, model, usage, ending.times)
+        saved = estimate_tokens(thread.summary, fold) - estimate_text_tokens(text)
+        return _planned(
+            job, model, "compacted", run_id=run_id, saved_tokens=saved, **_tokens(usage)
+        )
+
+
+def finish(job: Job, ending: Ending) -> Outcome:
+    """Write the ending; whatever stops that becomes the thread's outcome. A commit that finds
+    the file locked past the busy timeout still records what the call cost, once it can."""
+    try:
+        return write_ending(job, ending)
     except Busy as exc:
-        return _planned(job, model, "skipped", error=exc.format_message(), exit_code=4, **tokens)
+        usage = ending.summary.usage if ending.summary else ending.usage
+        reason = f"not committed: {exc.format_message()}"
+        retry = Ending(ending.model, ending.times, failure=reason, usage=usage)
+        try:
+            outcome = write_ending(job, retry)
+        except Exception:
+            return _planned(job, ending.model, "skipped", error=exc.format_message(), exit_code=4)
+        outcome.exit_code = 4
+        return outcome
     except VolumetoolError as exc:
         return _planned(
-            job, model, "failed", error=exc.format_message(), exit_code=exc.exit_code, **tokens
+            job, ending.model, "failed", error=exc.format_message(), exit_code=exc.exit_code
         )
+    except Exception as exc:  # a bug must cost this thread, never the others
+        return _planned(job, ending.model, "failed", error=_internal(exc), exit_code=1)
+
+
+def _internal(exc: BaseException) -> str:
+    return one_line(f"internal error: {type(exc).__name__}: {exc}", 300)
+
+
+async def summarize_job(job: Job, client: ModelClient, system: str, limits: Limits) -> Ending | str:
+    """The thread's ending, or the reason it was skipped without a call."""
+    model = client.endpoint.model
+    started = now_iso()
+    try:
+        summary = await summarize(client, system, job.thread.summary, job.plan.fold, limits)
+        return Ending(model, RunTimes(started, now_iso()), summary=summary)
+    except SummaryFailed as exc:
+        if exc.unusable:
+            return str(exc)
+        return Ending(model, RunTimes(started, now_iso()), failure=str(exc), usage=exc.usage)
+    except Exception as exc:  # containment: one thread's surprise is that thread's failure
+        return Ending(model, RunTimes(started, now_iso()), failure=_internal(exc))
 
 
 async def summarize_all(
@@ -275,41 +394,44 @@ async def summarize_all(
 ) -> list[Outcome]:
     semaphore = asyncio.Semaphore(request.concurrency)
     writing = asyncio.Lock()
+    system = system_prompt(request.prompt, request.instructions)
+    limits = Limits(request.max_input_tokens, request.max_summary_tokens)
 
     async with ModelClient(
-        endpoint, retry=request.retry, transport=transport, max_connections=request.concurrency
+        endpoint,
+        retry=request.retry,
+        transport=transport,
+        max_connections=request.concurrency,
+        breaker=Breaker(),
     ) as client:
 
         async def one(job: Job) -> Outcome:
-            summary = failure = None
-            usage = Usage()
             async with semaphore:
-                started = now_iso()
-                try:
-                    completion = await client.complete(
-                        request.prompt, render_request(job.thread.summary, job.plan.fold)
-                    )
-                    usage = completion.usage
-                    summary = accept_summary(
-                        completion.text, completion.finish, job.thread.summary, job.plan.fold
-                    )
-                except ModelError as exc:
-                    failure, usage = str(exc), exc.usage
-                except SummaryRejected as exc:
-                    failure = str(exc)
-                finished = now_iso()
-            async with writing:
-                outcome = await asyncio.to_thread(
-                    finish, job, endpoint.model, summary, failure, usage, started, finished
-                )
+                ending = await summarize_job(job, client, system, limits)
+            if isinstance(ending, str):
+                outcome = _planned(job, endpoint.model, "skipped", error=ending, exit_code=1)
+            else:
+                async with writing:
+                    outcome = await asyncio.to_thread(finish, job, ending)
             on_done(outcome)
             return outcome
 
         return list(await asyncio.gather(*(one(job) for job in jobs)))
 
 
+def open_volume(argument: str | None, request: Request, stack: contextlib.ExitStack) -> Volume:
+    """Check the file, then take the volume lock (never for a dry run), then use it."""
+    path = resolve(argument)
+    volume = stack.enter_context(
+        Volume(path, readonly=request.dry_run, busy_timeout=request.busy_timeout)
+    )
+    if not request.dry_run:
+        stack.enter_context(volume_lock(path, request.wait))
+    return volume
+
+
 def compact(
-    volumes: Sequence[str],
+    volumes: Sequence[str | None],
     request: Request,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
@@ -317,22 +439,16 @@ def compact(
     on_done: Callable[[Outcome], None] = lambda outcome: None,
 ) -> tuple[list[Outcome], int]:
     """Compact every due thread (or the --key thread) of every volume; outcomes and exit code."""
-    if request.force and request.key is None:
-        raise UnusableInput("--force needs --key: it compacts one named thread")
+    check_request(request)
     model, endpoint = resolve_endpoint(request, need_key=not request.dry_run)
     outcomes: list[Outcome] = []
     jobs: list[Job] = []
     with contextlib.ExitStack() as stack:
         for argument in volumes:
             try:
-                path = resolve(argument)
-                if not request.dry_run:
-                    stack.enter_context(volume_lock(path, request.wait))
-                volume = stack.enter_context(
-                    Volume(path, readonly=request.dry_run, busy_timeout=request.busy_timeout)
-                )
-                planned, skipped = plan_volume(volume, request, model)
-            except (UnusableInput, SchemaMismatch, Busy, ProblemsFound) as exc:
+                planner = _Planner(open_volume(argument, request, stack), request, model)
+                planner.plan()
+            except VolumetoolError as exc:
                 outcomes.append(
                     Outcome(
                         str(argument),
@@ -344,8 +460,8 @@ def compact(
                     )
                 )
                 continue
-            jobs.extend(planned)
-            outcomes.extend(skipped)
+            jobs.extend(planner.jobs)
+            outcomes.extend(planner.outcomes)
         if request.dry_run:
             outcomes.extend(_planned(job, model, "would_compact") for job in jobs)
         elif jobs:

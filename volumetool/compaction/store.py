@@ -1,6 +1,6 @@
 """Compaction's SQLite side: reading what the plan needs, and the three ways a compaction ends
 in the file — committed, failed, conflicted — each one transaction, each writing exactly what
-SPEC section 6 says and nothing else."""
+SPEC section 6 says and nothing else. This module is the one writer of compaction runs."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import json
 import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
+from volumetool import audit
 from volumetool.compaction.plan import Due, Message, RunFact, check_due
-from volumetool.config import MemorySettings
-from volumetool.model_client import Usage
+from volumetool.settings import MemorySettings
+from volumetool.usage import Usage
 
 
 @dataclass(frozen=True)
@@ -24,10 +26,30 @@ class Thread:
     live: tuple[Message, ...]
 
 
-def run_facts(conn: sqlite3.Connection, session_id: int) -> list[RunFact]:
-    """The runs the trigger looks at: the latest successful compaction and the latest
-    successful agent run (check_due needs no others)."""
-    facts = []
+@dataclass(frozen=True)
+class ThreadFacts:
+    """What the trigger and the back-off need to know of a thread's runs."""
+
+    runs: tuple[RunFact, ...]
+    live_turns: int
+    failures: int  # failed compaction runs since the last successful one
+    last_failure_at: datetime | None
+
+
+def _moment(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def thread_facts(conn: sqlite3.Connection, session_id: int) -> ThreadFacts:
+    """The latest successful compaction, the latest successful agent run (check_due needs no
+    others), the live turns, and the failed compactions since the last successful one."""
+    runs = []
     for condition in ("trigger = 'compaction'", "trigger != 'compaction'"):
         row = conn.execute(
             "SELECT id, trigger, status, last_input_tokens FROM runs"
@@ -35,22 +57,26 @@ def run_facts(conn: sqlite3.Connection, session_id: int) -> list[RunFact]:
             (session_id,),
         ).fetchone()
         if row:
-            facts.append(RunFact(*row))
-    return facts
-
-
-def live_turns(conn: sqlite3.Connection, session_id: int) -> int:
-    return conn.execute(
+            runs.append(RunFact(*row))
+    compacted = max((r.id for r in runs if r.trigger == "compaction"), default=0)
+    failures, last = conn.execute(
+        "SELECT count(*), max(coalesce(finished_at, started_at)) FROM runs"
+        " WHERE session_id = ? AND trigger = 'compaction' AND status = 'error' AND id > ?",
+        (session_id, compacted),
+    ).fetchone()
+    turns = conn.execute(
         "SELECT count(*) FROM messages WHERE session_id = ? AND folded_by IS NULL"
         " AND role = 'user'",
         (session_id,),
     ).fetchone()[0]
+    return ThreadFacts(tuple(runs), turns, failures, _moment(last))
 
 
 def thread_due(
     conn: sqlite3.Connection, session_id: int, settings: MemorySettings, active: bool = True
 ) -> Due:
-    return check_due(settings, run_facts(conn, session_id), live_turns(conn, session_id), active)
+    facts = thread_facts(conn, session_id)
+    return check_due(settings, facts.runs, facts.live_turns, active)
 
 
 def active_threads(
@@ -74,6 +100,9 @@ def active_threads(
     return list(conn.execute(sql + " ORDER BY s.id", params))
 
 
+MESSAGE_COLUMNS = "id, role, content, tool_calls, tool_call_id, created_at"
+
+
 def load_thread(conn: sqlite3.Connection, session_id: int) -> Thread:
     key, summary = conn.execute(
         "SELECT conversation_key, summary FROM sessions WHERE id = ?", (session_id,)
@@ -81,7 +110,7 @@ def load_thread(conn: sqlite3.Connection, session_id: int) -> Thread:
     live = tuple(
         Message(*row)
         for row in conn.execute(
-            "SELECT id, role, content, tool_calls, tool_call_id FROM messages"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages"
             " WHERE session_id = ? AND folded_by IS NULL ORDER BY id",
             (session_id,),
         )
@@ -108,7 +137,10 @@ def _ids(messages: Iterable[Message]) -> str:
 def conflict_reason(
     conn: sqlite3.Connection, thread: Thread, fold: tuple[Message, ...]
 ) -> str | None:
-    """Why the thread can no longer take this summary, or None. Call under the write lock."""
+    """Why the thread can no longer take this summary, or None. Call under the write lock.
+
+    Every folded message must still be live in this thread with the very content the model
+    saw: an id alone proves nothing, since after /reset SQLite may reuse a deleted row's id."""
     row = conn.execute(
         "SELECT status, summary FROM sessions WHERE id = ?", (thread.session_id,)
     ).fetchone()
@@ -118,17 +150,57 @@ def conflict_reason(
         return "the thread was archived (/new) while the summary was written"
     if row[1] != thread.summary:
         return "the thread's summary changed while the summary was written"
-    still_live = conn.execute(
-        "SELECT count(*) FROM messages WHERE session_id = ? AND folded_by IS NULL"
-        " AND id IN (SELECT value FROM json_each(?))",
-        (thread.session_id, _ids(fold)),
-    ).fetchone()[0]
-    if still_live != len(fold):
+    current = {
+        r[0]: Message(*r)
+        for r in conn.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND folded_by IS NULL"
+            " AND id IN (SELECT value FROM json_each(?))",
+            (thread.session_id, _ids(fold)),
+        )
+    }
+    gone = sum(1 for m in fold if m.id not in current)
+    if gone:
+        return f"{gone} of the {len(fold)} messages to fold were folded or deleted meanwhile"
+    changed = sum(1 for m in fold if current[m.id].identity() != m.identity())
+    if changed:
         return (
-            f"{len(fold) - still_live} of the {len(fold)} messages to fold were folded or "
-            "deleted meanwhile"
+            f"{changed} of the {len(fold)} messages to fold were replaced meanwhile "
+            "(the thread was reset and written again)"
         )
     return None
+
+
+@dataclass(frozen=True)
+class RunTimes:
+    started_at: str
+    finished_at: str
+
+
+def insert_run(
+    conn: sqlite3.Connection,
+    session_id: int,
+    model: str,
+    usage: Usage,
+    times: RunTimes,
+    error: str | None = None,
+) -> int:
+    """A compaction run: status ok without `error`, else error with it."""
+    return conn.execute(
+        "INSERT INTO runs (session_id, trigger, model, status, input_tokens, output_tokens,"
+        " last_input_tokens, error, started_at, finished_at)"
+        " VALUES (?, 'compaction', ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            session_id,
+            model,
+            "ok" if error is None else "error",
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.last_input_tokens,
+            error,
+            times.started_at,
+            times.finished_at,
+        ),
+    ).lastrowid
 
 
 def commit_summary(
@@ -138,25 +210,11 @@ def commit_summary(
     summary: str,
     model: str,
     usage: Usage,
-    started_at: str,
-    finished_at: str,
+    times: RunTimes,
 ) -> int:
     """The success transaction's writes: the compaction run, folded_by, the new summary.
     Returns the run id. The caller holds the write lock and has checked conflict_reason."""
-    run_id = conn.execute(
-        "INSERT INTO runs (session_id, trigger, model, status, input_tokens, output_tokens,"
-        " last_input_tokens, error, started_at, finished_at)"
-        " VALUES (?, 'compaction', ?, 'ok', ?, ?, ?, NULL, ?, ?)",
-        (
-            thread.session_id,
-            model,
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.input_tokens,
-            started_at,
-            finished_at,
-        ),
-    ).lastrowid
+    run_id = insert_run(conn, thread.session_id, model, usage, times)
     conn.execute(
         "UPDATE messages SET folded_by = ? WHERE id IN (SELECT value FROM json_each(?))",
         (run_id, _ids(fold)),
@@ -171,56 +229,23 @@ def record_failure(
     model: str,
     reason: str,
     usage: Usage,
-    started_at: str,
-    finished_at: str,
+    times: RunTimes,
+    action: str = "failed",
 ) -> int:
-    """A failed summary: one error run (with any usage reported) and one audit event; the
-    transcript is left exactly as it was."""
-    run_id = conn.execute(
-        "INSERT INTO runs (session_id, trigger, model, status, input_tokens, output_tokens,"
-        " last_input_tokens, error, started_at, finished_at)"
-        " VALUES (?, 'compaction', ?, 'error', ?, ?, ?, ?, ?, ?)",
-        (
-            thread.session_id,
-            model,
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.input_tokens,
-            reason,
-            started_at,
-            finished_at,
-        ),
-    ).lastrowid
-    _audit(
-        conn, thread, {"action": "failed", "reason": reason, "model": model}, finished_at, run_id
+    """A compaction that wrote no summary — failed, or conflicted with what the agent did
+    meanwhile: one error run with whatever usage its calls reported (the spend stays visible)
+    and one audit event; the transcript is left exactly as it was."""
+    error = reason if action == "failed" else f"{action}: {reason}"
+    run_id = insert_run(conn, thread.session_id, model, usage, times, error)
+    detail = {"action": action, "reason": reason, "model": model}
+    if action != "failed":
+        detail |= {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    audit.record(
+        conn,
+        "compaction",
+        detail,
+        session_id=thread.session_id,
+        run_id=run_id,
+        ts=times.finished_at,
     )
     return run_id
-
-
-def record_conflict(
-    conn: sqlite3.Connection, thread: Thread, model: str, reason: str, usage: Usage, ts: str
-) -> None:
-    """A conflict writes nothing but its audit event (which keeps the spend visible)."""
-    _audit(
-        conn,
-        thread,
-        {
-            "action": "conflict",
-            "reason": reason,
-            "model": model,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-        },
-        ts,
-        None,
-    )
-
-
-def _audit(
-    conn: sqlite3.Connection, thread: Thread, detail: dict, ts: str, run_id: int | None
-) -> None:
-    conn.execute(
-        "INSERT INTO audit (ts, event, detail, session_id, run_id, actor)"
-        " VALUES (?, 'compaction', ?, ?, ?, 'volumetool')",
-        (ts, json.dumps(detail, ensure_ascii=False), thread.session_id, run_id),
-    )

@@ -1,101 +1,116 @@
-"""What the summarizer is asked, and whether what it answered may replace the history.
-
-The model sees the previous summary (if any) and the folded messages with their tool calls and
-results rendered as text; it never sees tool definitions, so it cannot call a tool on purpose.
+"""Asking the model for one thread's summary: in one request, or — when the fold is larger than a
+request may carry, or the endpoint says the prompt is too long — in parts, in order, each
+request carrying the summary so far. Every call's usage adds into the result, failed or not.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from volumetool.compaction.plan import Message, replaced_chars
+from volumetool.compaction.plan import Message, estimate_text_tokens
+from volumetool.compaction.prompt import (
+    Budget,
+    SummaryRejected,
+    accept_answer,
+    check_shorter,
+    cut_pieces,
+    first_part,
+    parts_needed,
+    render_fold,
+    render_request,
+)
+from volumetool.model_client import EndpointUnusable, ModelClient, ModelError
+from volumetool.usage import Usage
 
-DEFAULT_PROMPT = """\
-You maintain the memory of a long conversation between a user and an AI agent. The older part \
-of the conversation is about to be replaced by your summary; only the summary and the most \
-recent turns will remain, so anything you leave out is gone for good.
-
-Write a summary that preserves:
-- the user's goals, requests and stated preferences;
-- decisions made, and why;
-- facts, names, numbers, dates, identifiers, file paths, URLs, commands and code references, \
-copied verbatim;
-- what the agent did (tools it called and what they returned, briefly) and the results;
-- open tasks, promises and questions still waiting for an answer.
-
-If a previous summary is given, fold it in: keep what still matters, drop what was resolved. \
-Write plain prose or short bullet lists in the conversation's language. Answer with the \
-summary only, no preamble, and keep it much shorter than the text it replaces."""
-
-
-class SummaryRejected(ValueError):
-    """A model answer that must not replace the history; the message is the reason."""
+MAX_HALVINGS = 6  # "prompt too long" answers before giving up: a 64th of the first budget
 
 
-def render_message(message: Message) -> str:
-    if message.role == "tool":
-        head = f"[tool result{f' for {message.tool_call_id}' if message.tool_call_id else ''}]"
-        return f"{head}\n{message.content}"
-    lines = [f"[{message.role}]"] if message.content or not message.tool_calls else []
-    if message.content:
-        lines.append(message.content)
-    if message.tool_calls:
-        lines.extend(_render_calls(message))
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class Summary:
+    text: str
+    usage: Usage
+    calls: int
+    parts: int
 
 
-def _render_calls(message: Message) -> list[str]:
+class SummaryFailed(Exception):
+    """No summary. `calls` says how many requests were sent (0: nothing was spent)."""
+
+    def __init__(self, reason: str, usage: Usage, calls: int, unusable: bool = False) -> None:
+        super().__init__(reason)
+        self.usage = usage
+        self.calls = calls
+        self.unusable = unusable  # the endpoint was known unusable before this thread's call
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_input_tokens: int = 100_000
+    max_summary_tokens: int = 4096
+
+
+async def summarize(
+    client: ModelClient,
+    system: str,
+    previous_summary: str | None,
+    fold: Sequence[Message],
+    limits: Limits = Limits(),
+) -> Summary:
+    """The summary of `previous_summary` + `fold`, or SummaryFailed with the reason, the usage
+    of every call made and how many were made."""
+    api = client.endpoint.api
+    usage, calls, parts = Usage(), 0, 0
+    summary_so_far = previous_summary
+    remaining = render_fold(fold)
+    halvings = 0
+    too_long: Exception | None = None  # the last "prompt too long" answer
+    system_tokens = estimate_text_tokens(system)
+    ceiling: int | None = None  # conversation tokens a request may hold, once the model said
     try:
-        calls = json.loads(message.tool_calls or "[]")
-    except ValueError:
-        return [f"[{message.role} called tools] {message.tool_calls}"]
-    rendered = []
-    for call in calls if isinstance(calls, list) else [calls]:
-        function = call.get("function", call) if isinstance(call, dict) else {}
-        name = function.get("name", "?") if isinstance(function, dict) else "?"
-        arguments = (
-            function.get("arguments", function.get("input", ""))
-            if isinstance(function, dict)
-            else ""
-        )
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        call_id = call.get("id") if isinstance(call, dict) else None
-        rendered.append(
-            f"[{message.role} called tool {name}{f' ({call_id})' if call_id else ''}] {arguments}"
-        )
-    return rendered
-
-
-def render_request(previous_summary: str | None, fold: Sequence[Message]) -> str:
-    """The user message of the summary request."""
-    parts = []
-    if previous_summary:
-        parts.append(f"Previous summary:\n{previous_summary}")
-    parts.append(
-        "Conversation to fold into the summary:\n\n" + "\n\n".join(render_message(m) for m in fold)
-    )
-    return "\n\n---\n\n".join(parts)
-
-
-def accept_summary(
-    text: str | None, finish: str, previous_summary: str | None, fold: Sequence[Message]
-) -> str:
-    """The summary, if it may replace the history; SummaryRejected says why not."""
-    if finish == "tool_call":
-        raise SummaryRejected("the model answered with a tool call instead of a summary")
-    if finish == "length":
-        raise SummaryRejected(
-            "the summary was cut off at the token limit (raise --max-summary-tokens)"
-        )
-    if text is None or not text.strip():
-        raise SummaryRejected("the model returned an empty summary")
-    summary = text.strip()
-    replaced = replaced_chars(previous_summary, fold)
-    if len(summary) >= replaced:
-        raise SummaryRejected(
-            f"the summary ({len(summary):,} characters) is not shorter than "
-            f"what it replaces ({replaced:,})"
-        )
-    return summary
+        while remaining:
+            room = max(estimate_text_tokens(summary_so_far or ""), limits.max_summary_tokens)
+            budget = Budget(limits.max_input_tokens, system_tokens, room).conversation_tokens
+            if ceiling is not None:
+                budget = min(budget, ceiling)
+            try:
+                remaining = cut_pieces(remaining, budget)
+            except SummaryRejected:
+                if too_long is None:
+                    raise
+                raise SummaryRejected(
+                    f"{too_long} (still too long in the smallest parts)"
+                ) from None
+            take = first_part(remaining, budget)
+            total = parts + parts_needed(remaining, budget)
+            conversation = "\n\n".join(remaining[:take])
+            user = render_request(summary_so_far, conversation, parts + 1, total)
+            try:
+                completion = await client.complete(system, user)
+                calls += 1
+                usage += completion.usage
+                text = accept_answer(
+                    api,
+                    completion.text,
+                    completion.finish,
+                    completion.refusal,
+                    completion.tool_call,
+                )
+            except (ModelError, SummaryRejected) as exc:
+                if isinstance(exc, ModelError):
+                    calls += 0 if isinstance(exc, EndpointUnusable) else exc.attempts
+                    usage += exc.usage
+                if not exc.too_long or halvings >= MAX_HALVINGS:
+                    raise
+                too_long, halvings = exc, halvings + 1
+                ceiling = min(budget, estimate_text_tokens(conversation)) // 2
+                continue
+            summary_so_far, remaining, parts = text, remaining[take:], parts + 1
+        if summary_so_far is None:  # nothing to fold: the plan never asks for this
+            raise SummaryRejected("nothing to summarize")
+        summary = check_shorter(summary_so_far, previous_summary, fold)
+    except EndpointUnusable as exc:
+        raise SummaryFailed(str(exc), usage, calls, unusable=calls == 0) from None
+    except (ModelError, SummaryRejected) as exc:
+        raise SummaryFailed(str(exc), usage, calls) from None
+    return Summary(summary, usage, calls, parts)

@@ -1,0 +1,414 @@
+"""compact against every answer the loopback server can give, as real providers give them
+(tests/model_server.py): what counts as a summary, what is retried, what stops the run from
+calling again, and that every failure leaves the transcript byte-identical with its cost in
+`runs`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.model_server import ACCEPTED, FAULTS, ModelServer
+from tests.volumes import VolumeWriter, due_thread, table_dump
+from volumetool.compaction.run import Request, compact
+from volumetool.model_client import RetryPolicy
+from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
+
+KEY = "sk-prov-0123456789abcdefghijklmnopqrstu"
+ATTEMPTS = 3
+RETRIED = {"500", "503", "529", "429", "retry_after_soon", "drop", "string_error", "html_502"}
+RETRIED_OPENAI = {"error_in_200"}  # OpenRouter's 200 carrying {"error": {"code": 502}}
+ENDPOINT_WIDE = {
+    "401",
+    "403",
+    "404",
+    "402",
+    "quota",
+    "retry_after_long",
+    "redirect",
+    "event_stream",
+    "sse_mislabelled",
+}
+TOO_LONG = {"context_length", "vllm_error", "413"}
+REASONS = {
+    "empty": "empty summary",
+    "whitespace": "empty summary",
+    "overlong": "not shorter",
+    "surrogate": "not valid Unicode",
+    "truncated": "cut off at the token limit",
+    "tool_call": "tool call instead of a summary",
+    "content_filter": ("content filter", "refused"),
+    "refusal": "refused",
+    "pause_turn": ("unexpected finish reason 'abort'", "paused"),
+    "window_exceeded": ("cut off", "context window"),
+    "finish_null": "no finish reason",
+    "finish_unknown": "unexpected finish reason",
+    "choices_empty": ("an empty choices list", "empty summary"),
+    "error_in_200": ("HTTP 502", "overloaded_error"),
+    "malformed_shape": "malformed response",
+    "gzip_garbage": "does not decode as gzip",
+    "event_stream": "event stream",
+    "sse_mislabelled": "event stream",
+    "huge_body": "larger than 8 MiB",
+    "huge_chunked": "larger than 8 MiB",
+    "deep_json": "nested too deeply",
+    "not_json": "not JSON",
+    "empty_body": "not JSON",
+    "malformed": "not JSON",
+    "json_not_object": "not a JSON object",
+    "redirect": "redirected to http://127.0.0.1:",
+    "html_502": "502 Bad Gateway",
+    "hang": "no response within",
+    "401": "HTTP 401",
+    "403": "HTTP 403",
+    "404": "HTTP 404",
+    "402": "HTTP 402",
+    "quota": "HTTP 429",
+    "retry_after_long": "asked to wait 120 s",
+    "max_tokens_param": ("max_tokens_param: max_completion_tokens", "HTTP 400"),
+    "context_length": ("context_length_exceeded", "prompt is too long"),
+    "vllm_error": ("maximum context length", "prompt is too long"),
+    "413": "HTTP 413",
+    "litellm_400": "HTTP 400",
+    "azure_content_filter": ("content_filter", "content filtering"),
+    "detail_error": "HTTP 422: [{",
+    "should_retry_false": "HTTP 500",
+    "400": "HTTP 400",
+    "500": "HTTP 500",
+    "503": "HTTP 503",
+    "529": "HTTP 529",
+    "429": "HTTP 429",
+    "retry_after_soon": "HTTP 429",
+    "string_error": "something broke",
+    "drop": "connection error",
+}
+
+
+async def no_sleep(_: float) -> None:
+    return None
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ModelServer() as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def fresh(server, monkeypatch):
+    server.fault, server.on_request, server.context_limit, server.answer = None, None, None, None
+    server.requests.clear()
+    server._queue.clear()
+    monkeypatch.setenv("TEST_MODEL_KEY", KEY)
+
+
+def request(server, api="openai", **values) -> Request:
+    model = values.pop("model_settings", {})
+    return Request(
+        config=AgentConfig(
+            MemorySettings("thread", True, 50_000),
+            ModelSettings(
+                name="big",
+                small="tiny",
+                api=api,
+                base_url=server.url,
+                api_key_env="TEST_MODEL_KEY",
+                **model,
+            ),
+        ),
+        retry=RetryPolicy(attempts=ATTEMPTS, sleep=no_sleep),
+        timeout=values.pop("timeout", 2.0),
+        **values,
+    )
+
+
+def volume(tmp_path: Path, threads: int = 1) -> Path:
+    w = VolumeWriter(tmp_path / "agent.db")
+    for n in range(threads):
+        due_thread(w, f"k{n}")
+    w.close()
+    return w.path
+
+
+def expect_reason(fault: str, api: str) -> str:
+    reason = REASONS[fault]
+    return reason if isinstance(reason, str) else reason[api == "anthropic"]
+
+
+def expected_attempts(fault: str, api: str) -> int:
+    if fault in RETRIED or (fault in RETRIED_OPENAI and api == "openai"):
+        return ATTEMPTS
+    # A prompt too long is split and sent again in smaller parts, but this fold is too small
+    # to halve (test_a_fold_too_long_for_the_model_is_summarized_in_parts splits one).
+    return 1
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f not in ACCEPTED and f != "hang"])
+def test_every_failure_leaves_the_transcript_byte_identical_and_costs_one_run(
+    server, tmp_path, fault, api
+):
+    path = volume(tmp_path)
+    before = table_dump(path)
+    server.fault = fault
+    outcomes, code = compact([str(path)], request(server, api))
+    [outcome] = outcomes
+    assert (outcome.status, code) == ("failed", 1), outcome
+    assert expect_reason(fault, api) in outcome.error
+    from_answer = fault in REASON_WITHOUT_URL or (fault, api) == ("choices_empty", "anthropic")
+    assert "POST " in outcome.error or from_answer
+    assert len(server.requests) == expected_attempts(fault, api)
+    after = table_dump(path)
+    assert after["messages"] == before["messages"] and after["sessions"] == before["sessions"]
+    assert after["memories"] == before["memories"]
+    [run] = after["runs"][len(before["runs"]) :]
+    assert run[2:5] == ("compaction", "tiny", "error") and run[8] == outcome.error
+    [event] = after["audit"][len(before["audit"]) :]
+    detail = json.loads(event[3])
+    assert (event[2], detail["action"], detail["reason"], event[6]) == (
+        "compaction",
+        "failed",
+        outcome.error,
+        "volumetool",
+    )
+    assert "\n" not in outcome.error and "\x1b" not in outcome.error
+    assert KEY not in outcome.error and KEY[3:15] not in outcome.error
+
+
+# Failures decided from the answer itself, not from an HTTP exchange: no URL to name.
+REASON_WITHOUT_URL = {
+    "empty",
+    "whitespace",
+    "overlong",
+    "surrogate",
+    "truncated",
+    "tool_call",
+    "content_filter",
+    "refusal",
+    "pause_turn",
+    "window_exceeded",
+    "finish_null",
+    "finish_unknown",
+}
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("fault", ACCEPTED)
+def test_odd_but_finished_answers_are_summaries(server, tmp_path, fault, api):
+    path = volume(tmp_path)
+    server.fault = fault
+    [outcome], code = compact([str(path)], request(server, api))
+    assert (outcome.status, code) == ("compacted", 0), outcome
+    [run] = [r for r in table_dump(path)["runs"] if r[2] == "compaction"]
+    if fault.startswith("usage_"):  # not a non-negative integer below 2^53: NULL, never 0
+        assert run[5:8] == (None, None, None)
+        assert (outcome.input_tokens, outcome.output_tokens) == (None, None)
+    [(summary,)] = {(r[4],) for r in table_dump(path)["sessions"]}
+    if fault == "control_chars":  # stored exactly; escaped only where shown to people
+        assert "\x1b]52;c;" in summary
+        assert "\x1b" not in outcome.line()
+    else:
+        assert summary == server.summary
+
+
+@pytest.mark.parametrize("fault", sorted(ENDPOINT_WIDE | {"max_tokens_param"}))
+def test_an_endpoint_wide_failure_stops_every_further_request(server, tmp_path, fault):
+    path = volume(tmp_path, threads=5)
+    before = table_dump(path)
+    server.fault = fault
+    outcomes, code = compact([str(path)], request(server, concurrency=1))
+    assert code == 1
+    assert len(server.requests) == 1  # one call; the other four threads never call
+    statuses = sorted(o.status for o in outcomes)
+    assert statuses == ["failed"] + ["skipped"] * 4
+    for outcome in outcomes:
+        if outcome.status == "skipped":
+            assert outcome.error.startswith("endpoint unusable: ")
+            assert outcome.run_id is None
+    after = table_dump(path)
+    assert len(after["runs"]) == len(before["runs"]) + 1
+    assert len(after["audit"]) == len(before["audit"]) + 1
+
+
+def test_a_bad_key_with_many_due_threads_costs_one_request(server, tmp_path):
+    path = volume(tmp_path, threads=8)
+    server.fault = "401"
+    outcomes, code = compact([str(path)], request(server, concurrency=4))
+    # at most the requests already in flight when the first 401 came back
+    assert len(server.requests) <= 4
+    assert sum(o.status == "failed" for o in outcomes) == len(server.requests)
+    assert all(o.error.startswith("endpoint unusable") for o in outcomes if o.status == "skipped")
+
+
+def test_connection_refused_and_dns_failure_stop_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_MODEL_KEY", KEY)
+    for url, reason in (
+        ("http://127.0.0.1:9", "connection refused"),
+        ("http://no-such-host.invalid", "DNS failure"),
+    ):
+        path = volume(tmp_path / reason.split()[0], threads=3)
+        config = AgentConfig(
+            MemorySettings("thread", True, 50_000),
+            ModelSettings(name="m", base_url=url, api_key_env="TEST_MODEL_KEY"),
+        )
+        outcomes, code = compact(
+            [str(path)],
+            Request(config=config, concurrency=1, retry=RetryPolicy(attempts=2, sleep=no_sleep)),
+        )
+        assert code == 1
+        [failed] = [o for o in outcomes if o.status == "failed"]
+        assert reason in failed.error
+        skipped = [o for o in outcomes if o.status == "skipped"]
+        assert len(skipped) == 2 and all(reason in o.error for o in skipped)
+
+
+def test_retry_after_is_honoured_in_full(server, tmp_path):
+    path = volume(tmp_path)
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+
+    server.retry_after = "40"
+    server.queue("429")
+    req = request(server)
+    req = Request(**{**req.__dict__, "retry": RetryPolicy(attempts=3, sleep=sleep)})
+    [outcome], _ = compact([str(path)], req)
+    assert outcome.status == "compacted"
+    assert len(delays) == 1 and 40 <= delays[0] <= 40.5
+
+
+def test_a_retry_after_longer_than_the_limit_is_not_waited_for(server, tmp_path):
+    path = volume(tmp_path, threads=2)
+    server.retry_after = "61"
+    server.fault = "429"
+    outcomes, code = compact([str(path)], request(server, concurrency=1))
+    assert len(server.requests) == 1 and code == 1
+    failed = next(o for o in outcomes if o.status == "failed")
+    assert "rate limited: asked to wait 61 s" in failed.error
+
+
+def test_requests_carry_the_user_agent_and_the_configured_auth(server, tmp_path):
+    from volumetool import __version__
+
+    path = volume(tmp_path)
+    compact(
+        [str(path)],
+        request(
+            server,
+            model_settings={
+                "auth": "api-key",
+                "api_version": "2024-10-21",
+                "max_tokens_param": "max_completion_tokens",
+            },
+            force=True,
+            key="k0",
+        ),
+    )
+    [sent] = server.requests
+    assert sent["headers"]["user-agent"] == f"volumetool/{__version__}"
+    assert sent["headers"]["api-key"] == KEY and "authorization" not in sent["headers"]
+    assert sent["query"] == {"api-version": ["2024-10-21"]}
+    assert sent["body"]["max_completion_tokens"] == 4096 and "max_tokens" not in sent["body"]
+
+
+def test_anthropic_behind_a_bearer_gateway(server, tmp_path):
+    path = volume(tmp_path)
+    compact([str(path)], request(server, "anthropic", model_settings={"auth": "bearer"}))
+    [sent] = server.requests
+    assert sent["path"] == "/v1/messages"
+    assert sent["headers"]["authorization"] == f"Bearer {KEY}"
+    assert "x-api-key" not in sent["headers"]
+    assert sent["headers"]["anthropic-version"] == "2023-06-01"
+
+
+class Exploding(httpx.AsyncBaseTransport):
+    """The network layer failing in ways no server answer can: the pool raising an
+    ExceptionGroup, a bug raising anything at all."""
+
+    def __init__(self, errors: list[BaseException | None]) -> None:
+        self.errors = errors
+        self.real = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        error = self.errors.pop(0) if self.errors else None
+        if error is not None:
+            raise error
+        return await self.real.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+
+
+def test_one_odd_answer_never_aborts_the_cron_pass(server, tmp_path):
+    """Every kind of surprise becomes one thread's failed row; the others are compacted and
+    every thread has its outcome."""
+    path = volume(tmp_path, threads=8)
+    server.queue("gzip_garbage", "retry_after_soon", None, "deep_json", "surrogate", None)
+    transport = Exploding(
+        [
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            ExceptionGroup("connection pool", [OSError("pool closed"), RuntimeError("x")]),
+            RuntimeError("a bug in a transport"),
+        ]
+    )
+    outcomes, code = compact(
+        [str(path)], request(server, concurrency=1, timeout=5.0), transport=transport
+    )
+    assert code == 1
+    assert len(outcomes) == 8 and len({o.session_id for o in outcomes}) == 8
+    by_status: dict[str, int] = {}
+    for outcome in outcomes:
+        by_status[outcome.status] = by_status.get(outcome.status, 0) + 1
+    assert by_status.get("compacted", 0) >= 3 and by_status.get("failed", 0) >= 4
+    dump = table_dump(path)
+    failed_runs = [r for r in dump["runs"] if r[2] == "compaction" and r[4] == "error"]
+    assert len(failed_runs) == by_status["failed"]
+
+
+def test_a_fold_too_long_for_the_model_is_summarized_in_parts(server, tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = due_thread(w, "long", turns=40)
+    w.close()
+    server.context_limit = 5_000  # characters of conversation the "model" takes
+    answers = iter(f"Summary after part {n}: deploy/values.yaml, PR #204." for n in range(1, 99))
+    server.answer = lambda body: next(answers)
+    before = table_dump(w.path)
+    [outcome], code = compact([str(w.path)], request(server))
+    assert (outcome.status, code) == ("compacted", 0), outcome
+    accepted = [r for r in server.requests if r["fault"] is None]
+    refused = [r for r in server.requests if r["fault"] == "context_length"]
+    assert len(accepted) >= 2 and refused  # first too long, then parts that fit
+    # every part carries the summary so far, and every folded message reaches the model once
+    for n, sent in enumerate(accepted[1:], 1):
+        assert f"Summary after part {n}:" in server.conversation(sent["body"])
+    sent_text = "\n".join(server.conversation(r["body"]) for r in accepted)
+    folded = [r for r in table_dump(w.path)["messages"] if r[7] is not None]
+    assert folded
+    position = 0
+    for message in folded:
+        if message[3]:
+            position = sent_text.index(message[3], position)  # in order
+    [(summary,)] = [(r[4],) for r in table_dump(w.path)["sessions"] if r[0] == s]
+    assert summary == f"Summary after part {len(accepted)}: deploy/values.yaml, PR #204."
+    [run] = [r for r in table_dump(w.path)["runs"] if r[2] == "compaction"]
+    assert run[5] == 1200 * len(accepted) and run[6] == 80 * len(accepted)  # every call counted
+    assert before["memories"] == table_dump(w.path)["memories"]
+
+
+def test_max_input_tokens_splits_before_any_refusal(server, tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "long", turns=30)
+    w.close()
+    [outcome], _ = compact([str(w.path)], request(server, max_input_tokens=6_000))
+    assert outcome.status == "compacted"
+    assert len(server.requests) >= 2
+    assert all(r["fault"] is None for r in server.requests)
