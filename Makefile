@@ -33,8 +33,9 @@ format: $(READY)
 	$(BIN)/ruff check --fix volumetool tests bench
 	$(BIN)/ruff format volumetool tests bench
 
+# A full run rewrites RELIABILITY.md; TRIALS=N (fewer) only prints, or writes to REPORT=PATH.
 faults: $(READY)
-	$(BIN)/python -m tests.faults.kills --trials $(or $(TRIALS),200)
+	$(BIN)/python -m tests.faults.kills $(if $(TRIALS),--trials $(TRIALS)) $(if $(REPORT),--report $(REPORT))
 
 bench: $(READY)
 	$(BIN)/python bench/run.py $(if $(QUICK),--quick)

@@ -10,24 +10,39 @@ import pytest
 from volumetool.cli import COMMANDS, cli
 
 
-def leaf_commands():
+def command_tree():
+    """Every command and group under `volumetool`, as its path of names, walked from
+    COMMANDS (the lazy group's own table) down through each group."""
     import click
 
-    ctx = click.Context(cli)
-    for name in COMMANDS:
-        command = cli.get_command(ctx, name)
+    def walk(command: click.Command, path: list[str]):
+        yield path
         if isinstance(command, click.Group):
-            for sub in command.commands:
-                yield [name, sub]
-        else:
-            yield [name]
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                yield from walk(command.get_command(ctx, name), [*path, name])
+
+    ctx = click.Context(cli)
+    yield []
+    for name in COMMANDS:
+        yield from walk(cli.get_command(ctx, name), [name])
 
 
-@pytest.mark.parametrize("command", list(leaf_commands()), ids=" ".join)
-def test_every_command_has_help_with_an_example(run_cli, command):
+@pytest.mark.parametrize("command", list(command_tree()), ids=lambda c: " ".join(c) or "(group)")
+def test_every_command_and_group_has_help_with_an_example(run_cli, command):
     result = run_cli(*command, "--help")
     assert result.exit_code == 0, result
-    assert "Example" in result.stdout, command
+    lines = result.stdout.splitlines()
+    heading = next((n for n, line in enumerate(lines) if line.strip() == "Example:"), None)
+    assert heading is not None, f"no Example section in `volumetool {' '.join(command)} --help`"
+    invocation = " ".join(["volumetool", *command])
+    examples = [line.strip() for line in lines[heading + 1 :] if line.startswith("  ")]
+    assert any(e.startswith(invocation) for e in examples), (invocation, examples)
+
+
+def test_the_tree_reaches_every_subcommand():
+    paths = [" ".join(p) for p in command_tree()]
+    assert {"memories import", "thread reset", "config show", "backup"} <= set(paths)
 
 
 def test_version(run_cli):

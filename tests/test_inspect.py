@@ -285,3 +285,64 @@ def test_every_listing_in_every_format(volume, run_cli, listing):
 def test_unknown_table_format_and_bad_since(volume, run_cli):
     assert_clean_error(run_cli("runs", volume["path"], "--fmt", "nope"), 2)
     assert_clean_error(run_cli("runs", volume["path"], "--since", "yesterday"), 2)
+
+
+# -- numbers at their limits (SPEC 4: out-of-range numbers are exit 2) -------------------------
+
+OUT_OF_RANGE = [
+    (["-n", "9223372036854775807", "--json"], "-n"),
+    (["-n", "1000000001"], "-n"),
+    (["-n", "-1"], "-n"),
+    (["--since", "800000d"], "--since"),
+    (["--since", "99999999999w"], "--since"),
+    (["--since", "9" * 5000 + "s"], "--since"),
+    (["--since", "0001-01-01T00:00+01:00"], "--since"),
+    (["--since", "9999-12-31T23:59-01:00"], "--since"),
+    (["--busy-timeout", "nan"], "--busy-timeout"),
+    (["--busy-timeout", "inf"], "--busy-timeout"),
+    (["--busy-timeout", "-inf"], "--busy-timeout"),
+    (["--busy-timeout", "1e308"], "--busy-timeout"),
+    (["--busy-timeout", "86401"], "--busy-timeout"),
+    (["--busy-timeout", "-1"], "--busy-timeout"),
+]
+LISTINGS_WITH_SINCE = [["sessions"], ["runs"], ["audit"]]
+
+
+@pytest.mark.parametrize(("args", "option"), OUT_OF_RANGE, ids=lambda a: " ".join(a)[:30])
+@pytest.mark.parametrize("listing", LISTINGS_WITH_SINCE, ids=lambda a: a[0])
+def test_out_of_range_numbers_are_exit_2_with_nothing_on_stdout(
+    volume, run_cli, listing, args, option
+):
+    result = run_cli(*listing, volume["path"], *args)
+    assert_clean_error(result, 2, option)
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "86401"])
+def test_wait_must_be_a_finite_number_of_seconds(volume, run_cli, value):
+    result = run_cli("migrate", volume["path"], "--wait", value)
+    assert_clean_error(result, 2, "--wait")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-n", "1000000000"],
+        ["--since", "0001-01-01"],
+        ["--since", "9999-12-31T23:59:59.999Z"],
+        ["--since", "0d"],
+        ["--since", "700000d"],
+        ["--busy-timeout", "86400"],
+        ["--busy-timeout", "0"],
+    ],
+)
+def test_numbers_at_the_edge_of_the_range_are_accepted(volume, run_cli, args):
+    result = run_cli("runs", volume["path"], *args, "--json")
+    assert result.exit_code == 0, result
+    assert isinstance(json.loads(result.stdout), list)
+
+
+def test_since_before_the_year_1000_still_sorts_as_a_timestamp(volume, run_cli):
+    every = json.loads(run_cli("runs", volume["path"], "--json").stdout)
+    since = json.loads(run_cli("runs", volume["path"], "--since", "0999-01-01", "--json").stdout)
+    assert since == every

@@ -76,7 +76,15 @@ def test_forget_or_get_an_absent_key_is_exit_1_and_writes_nothing(vol, run_cli):
     assert file_digest(vol) == before
 
 
-@pytest.mark.parametrize("key", ["", " padded", "line\nbreak", "tab\there", "x" * 201, "nul\x00"])
+BIDI_KEYS = [
+    f"user.{c}tz"
+    for c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+]
+
+
+@pytest.mark.parametrize(
+    "key", ["", " padded", "line\nbreak", "tab\there", "x" * 201, "nul\x00", *BIDI_KEYS]
+)
 def test_remember_refuses_bad_keys(vol, run_cli, key):
     before = file_digest(vol)
     assert_clean_error(run_cli("memories", "remember", vol, key, "v"), 2, "invalid memory key")
@@ -206,6 +214,17 @@ def test_prune_with_an_empty_file_is_refused(vol, run_cli, tmp_path):
     assert file_digest(vol) == before
 
 
+def test_dry_run_with_a_conflict_lists_it_and_exits_1_like_the_real_import(vol, run_cli, incoming):
+    before = file_digest(vol)
+    dry = run_cli("memories", "import", vol, incoming, "--dry-run")
+    real = run_cli("memories", "import", vol, incoming)
+    assert_clean_error(real, 1, "1 key(s) exist with a different value", "'user.tz'")
+    assert dry.exit_code == 1
+    assert dry.stdout.splitlines() == ["conflict\tuser.tz"]
+    assert dry.stderr == real.stderr
+    assert file_digest(vol) == before
+
+
 def test_dry_run_prints_the_plan_and_writes_nothing(vol, run_cli, incoming):
     before = file_digest(vol)
     result = run_cli(
@@ -246,7 +265,166 @@ BAD = [
         "record 2",
     ),
     ("broken document", b'{\n  "format": "volumetool.memories",\n  "memories": [\n', "line 4"),
+    (
+        "field twice",
+        b'{"key": "a", "value": "b"}\n{"key": "c", "value": "d", "value": "e"}\n',
+        "line 2",
+    ),
+    ("key field twice", b'{"key": "a", "value": "b", "key": "c"}\n', "line 1"),
+    (
+        "document record field twice",
+        b'{"format": "volumetool.memories", "version": 1, "memories": '
+        b'[{"key": "a", "value": "b"}, {"key": "c", "key": "a", "value": "d"}]}',
+        "record 2",
+    ),
+    (
+        "document field twice",
+        b'{"format": "volumetool.memories", "version": 1, "memories": [], '
+        b'"memories": [{"key": "a", "value": "b"}]}',
+        "document",
+    ),
+    ("bidi override key", '{"key": "user.\u202eanahtap", "value": "b"}\n'.encode(), "line 1"),
+    (
+        "bidi escaped key",
+        b'{"key": "a", "value": "b"}\n{"key": "x\\u2067y", "value": "b"}\n',
+        "line 2",
+    ),
 ]
+
+# Timestamps that are not the format's own (YYYY-MM-DDTHH:MM:SS.sssZ, a real moment).
+NOT_TIMESTAMPS = [
+    "yesterday",
+    "<script>alert(1)</script>",
+    "2026-11-30T05:27:20.123Z\u0000",
+    "\u0000",
+    "",
+    "2026-02-30T05:27:20.123Z",
+    "2026-04-31T05:27:20.123Z",
+    "2100-02-29T05:27:20.123Z",
+    "2026-11-30T24:00:00.000Z",
+    "2026-11-30T05:60:20.123Z",
+    "2026-11-30T05:27:60.123Z",
+    "2026-13-01T05:27:20.123Z",
+    "2026-11-30T05:27:20.123",
+    "2026-11-30T05:27:20Z",
+    "2026-11-30T05:27:20.123456Z",
+    "2026-11-30 05:27:20.123Z",
+    "2026-11-30T05:27:20.123+00:00",
+    "2026-11-30T05:27:20.123z",
+    " 2026-11-30T05:27:20.123Z",
+    "２０２６-11-30T05:27:20.123Z",  # fullwidth digits are digits to Python's \\d
+    "2026-11-30",
+]
+
+
+@pytest.mark.parametrize("field", ["created_at", "updated_at"])
+@pytest.mark.parametrize("stamp", NOT_TIMESTAMPS)
+def test_a_timestamp_not_of_the_format_is_exit_2_naming_the_line(
+    vol, run_cli, tmp_path, field, stamp
+):
+    good = '{"key": "a", "value": "b", "created_at": "2026-01-01T00:00:00.000Z"}\n'
+    record = {"key": "c", "value": "d", field: stamp}
+    path = tmp_path / "in.jsonl"
+    path.write_text(good + json.dumps(record) + "\n", encoding="utf-8")
+    before = file_digest(vol)
+    result = run_cli("memories", "import", vol, path)
+    assert_clean_error(result, 2, "line 2", field, "nothing was imported")
+    assert "\x00" not in result.stderr
+    assert file_digest(vol) == before
+
+
+@pytest.mark.parametrize("stamp", [5, 1.5, True, ["2026-11-30T05:27:20.123Z"], {}])
+def test_a_timestamp_that_is_not_a_string_is_exit_2_naming_the_record(
+    vol, run_cli, tmp_path, stamp
+):
+    document = {
+        "format": "volumetool.memories",
+        "version": 1,
+        "memories": [{"key": "a", "value": "b"}, {"key": "c", "value": "d", "created_at": stamp}],
+    }
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(document))
+    assert_clean_error(run_cli("memories", "import", vol, path), 2, "record 2", "created_at")
+
+
+def test_updated_before_created_is_exit_2_naming_the_record(vol, run_cli, tmp_path):
+    document = {
+        "format": "volumetool.memories",
+        "version": 1,
+        "memories": [
+            {"key": "a", "value": "b", "created_at": "2026-01-01T00:00:00.000Z"},
+            {
+                "key": "c",
+                "value": "d",
+                "created_at": "2026-01-01T00:00:00.001Z",
+                "updated_at": "2026-01-01T00:00:00.000Z",
+            },
+        ],
+    }
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(document, indent=2))
+    before = file_digest(vol)
+    assert_clean_error(run_cli("memories", "import", vol, path), 2, "record 2", "before")
+    assert file_digest(vol) == before
+
+
+def test_real_timestamps_at_the_edges_of_the_calendar_are_kept(run_cli, tmp_path):
+    stamps = [
+        ("leap", "2024-02-29T00:00:00.000Z", "2024-02-29T23:59:59.999Z"),
+        ("leap400", "2000-02-29T12:00:00.000Z", "2000-02-29T12:00:00.000Z"),
+        ("last", "2026-12-31T23:59:59.999Z", "9999-12-31T23:59:59.999Z"),
+        ("thirty", "2026-04-30T00:00:00.000Z", "2026-04-30T00:00:00.000Z"),
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"key": k, "value": "v", "created_at": c, "updated_at": u}) + "\n"
+            for k, c, u in stamps
+        )
+    )
+    target = create_volume(tmp_path / "t.db", "t")
+    assert run_cli("memories", "import", target, path).exit_code == 0
+    assert memories(target) == sorted((k, "v", c, u) for k, c, u in stamps)
+
+
+def test_a_missing_timestamp_never_makes_updated_before_created(vol, run_cli, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        json.dumps({"key": "only.updated", "value": "v", "updated_at": "2020-05-05T00:00:00.000Z"})
+        + "\n"
+        + json.dumps(
+            {"key": "only.created", "value": "v", "created_at": "2020-05-05T00:00:00.000Z"}
+        )
+        + "\n"
+        + json.dumps(
+            {"key": "user.tz", "value": "Asia/Tokyo", "updated_at": "2000-01-01T00:00:00.000Z"}
+        )
+        + "\n"
+    )
+    assert run_cli("memories", "import", vol, path, "--on-conflict", "overwrite").exit_code == 0
+    rows = {k: (c, u) for k, _, c, u in memories(vol)}
+    assert rows["only.updated"] == ("2020-05-05T00:00:00.000Z", "2020-05-05T00:00:00.000Z")
+    assert rows["only.created"] == ("2020-05-05T00:00:00.000Z", "2020-05-05T00:00:00.000Z")
+    created, updated = rows["user.tz"]  # overwritten: created_at kept, updated_at not before it
+    assert updated >= created
+    assert run_cli("check", vol).exit_code == 0
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+def test_a_leading_utf8_bom_is_accepted(vol, run_cli, tmp_path, fmt):
+    export = run_cli("memories", "export", vol, "--format", fmt).stdout
+    path = tmp_path / f"bom.{fmt}"
+    path.write_bytes(b"\xef\xbb\xbf" + export.encode())
+    target = create_volume(tmp_path / "t.db", "t")
+    result = run_cli("memories", "import", target, path)
+    assert result.exit_code == 0, result
+    assert memories(target) == memories(vol)
+
+
+def test_a_bom_after_the_start_is_still_refused(vol, run_cli, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"key": "a", "value": "b"}\n\xef\xbb\xbf{"key": "c", "value": "d"}\n')
+    assert_clean_error(run_cli("memories", "import", vol, path), 2, "line 2")
 
 
 @pytest.mark.parametrize(("case", "data", "where"), BAD, ids=[b[0] for b in BAD])
@@ -285,7 +463,12 @@ stamps = st.sampled_from(["2026-11-30T05:27:20.123Z", "2025-01-01T00:00:00.000Z"
 
 @settings(max_examples=40)
 @given(
-    st.dictionaries(valid_keys, st.tuples(values, stamps, stamps), max_size=12),
+    st.dictionaries(
+        valid_keys,
+        # updated_at is never before created_at
+        st.tuples(values, stamps, stamps).map(lambda t: (t[0], *sorted(t[1:]))),
+        max_size=12,
+    ),
     st.sampled_from(["jsonl", "json"]),
 )
 def test_any_memories_round_trip_byte_for_byte(run_cli_factory, items, fmt):
@@ -317,3 +500,69 @@ def test_a_one_megabyte_value_round_trips(run_cli, tmp_path):
     target = create_volume(tmp_path / "b.db", "b")
     assert run_cli("memories", "import", target, out).exit_code == 0
     assert memories(target) == memories(source)
+
+
+# -- a dry run predicts the real run ---------------------------------------------------------
+
+small_keys = st.sampled_from(["a", "b", "c", "d", "e"])
+small_values = st.sampled_from(["1", "2"])
+
+
+@settings(max_examples=30)
+@given(
+    st.dictionaries(small_keys, small_values),
+    st.dictionaries(small_keys, small_values),
+    st.sampled_from(["fail", "skip", "overwrite"]),
+    st.booleans(),
+)
+def test_dry_run_predicts_the_exit_code_and_the_counts_of_the_real_run(
+    run_cli_factory, existing, incoming, on_conflict, prune
+):
+    with tempfile.TemporaryDirectory() as directory:
+        target = Path(directory) / "t.db"
+        w = VolumeWriter(target)
+        for key, value in existing.items():
+            w.memory(key, value)
+        w.close()
+        path = Path(directory) / "in.jsonl"
+        path.write_text(
+            "".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in incoming.items())
+        )
+        args = ("memories", "import", target, path, "--on-conflict", on_conflict)
+        args += ("--prune",) if prune else ()
+        before = file_digest(target)
+        dry = run_cli_factory(*args, "--dry-run")
+        assert file_digest(target) == before
+        real = run_cli_factory(*args)
+        assert dry.exit_code == real.exit_code
+        assert dry.stderr.replace("would import", "imported") == real.stderr
+        changed = {k for k, v in incoming.items() if existing.get(k, v) != v}
+        if on_conflict == "fail" and changed:
+            assert real.exit_code == 1
+            assert dry.stdout.splitlines() == [f"conflict\t{k}" for k in sorted(changed)]
+
+
+# -- check -----------------------------------------------------------------------------------
+
+PLANTED_STAMPS = [
+    ("memory-timestamp-format", "created_at = 'yesterday'"),
+    ("memory-timestamp-format", "updated_at = '<script>'"),
+    ("memory-timestamp-format", "created_at = '2026-02-30T00:00:00.000Z'"),
+    ("memory-timestamp-format", "updated_at = '2026-11-30T05:27:20.123'"),
+    ("memory-timestamp-format", "created_at = '2026-11-30T05:27:20.123Z' || char(0)"),
+    ("memory-updated-before-created", "updated_at = '2000-01-01T00:00:00.000Z'"),
+]
+
+
+@pytest.mark.parametrize(("finding", "assignment"), PLANTED_STAMPS)
+def test_check_reports_memory_timestamps_not_of_the_format(vol, run_cli, finding, assignment):
+    assert run_cli("check", vol).exit_code == 0
+    conn = sqlite3.connect(vol)
+    conn.execute(f"UPDATE memories SET {assignment} WHERE key = 'oncall_channel'")
+    (rowid,) = conn.execute("SELECT rowid FROM memories WHERE key = 'oncall_channel'").fetchone()
+    conn.commit()
+    conn.close()
+    result = run_cli("check", vol, "--json")
+    assert result.exit_code == 1
+    found = json.loads(result.stdout)
+    assert [(p["check"], p["table"], p["ids"]) for p in found] == [(finding, "memories", [rowid])]

@@ -440,3 +440,37 @@ def test_odd_legacy_elements_keep_everything(tmp_path, run_cli):
     assert json.loads(rows[2][1]) == [{"type": "text", "text": "parts"}]
     assert rows[2][3] == "7" and rows[2][4] == "2025-02-01T10:00:00Z"
     assert rows[3][1] == '\u00e9\\"\n\u0000 end' and rows[3][4] == "2025-11-30T05:20:00.500Z"
+
+
+# What the README says becomes of an element's content: (content in the 0.x element, text).
+CONTENT_AS_TEXT = [
+    ("a string", 'é \\"quoted\\" \n line', 'é \\"quoted\\" \n line'),
+    ("an empty string", "", ""),
+    ("the string null", "null", "null"),
+    ("null", None, ""),
+    ("missing", ..., ""),
+    ("a list of parts", [{"type": "text", "text": "hi é"}], '[{"type":"text","text":"hi é"}]'),
+    ("an object", {"a": 1, "b": [True, None]}, '{"a":1,"b":[true,null]}'),
+    ("true", True, "true"),
+    ("false", False, "false"),
+    ("an integer", 5, "5"),
+    ("a decimal", 1.5, "1.5"),
+]
+
+
+@pytest.mark.parametrize("nul", [False, True], ids=["sql", "python"])  # m002's two ways
+@pytest.mark.parametrize(
+    ("case", "content", "text"), CONTENT_AS_TEXT, ids=[c[0] for c in CONTENT_AS_TEXT]
+)
+def test_legacy_content_becomes_the_text_the_readme_says(
+    tmp_path, run_cli, case, content, text, nul
+):
+    element = {"role": "assistant", "tool_calls": CALL, "ts": "2025-01-05T00:00:01.000Z"}
+    if content is not ...:
+        element["content"] = content
+    elements = [element]
+    if nul:  # a transcript holding an escaped NUL is moved in Python, not in SQL
+        elements.append({"role": "user", "content": "nul \u0000"})
+    path = write_legacy(tmp_path / "agent.db", [{"id": 1, "key": "k", "transcript": elements}])
+    assert run_cli("migrate", path, "--no-backup").exit_code == 0
+    assert table_dump(path)["messages"][0][3] == text

@@ -5,14 +5,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import sqlite3
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.volumes import VolumeWriter
-from volumetool.render import flat
+from volumetool.render import OutputFormat, flat, render
 
 # SQLite text cannot hold lone surrogates; everything else is fair game.
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
@@ -78,3 +81,186 @@ def test_random_volumes_render_and_parse_back(run_cli_factory, thread_specs, mem
             )
         }
         assert values == memory_items
+
+
+# -- terminal safety (SPEC 4) ----------------------------------------------------------------
+
+# What a chat user or a model server can plant in a volume to attack an operator's terminal.
+DANGEROUS = {
+    "osc52-clipboard": "\x1b]52;c;cm0gLXJmIH4K\x07",
+    "csi-clear-screen": "\x1b[2J",
+    "bare-cr": "ok\rFAKE",
+    "newline": "one\ntwo",
+    "rlo": "user.\u202etxt.exe",
+    "nul": "a\x00b",
+    "c1-csi": "\x9b2J",
+}
+# SPEC 4: control characters (C0, DEL, C1) and the bidirectional controls; a table's own line
+# breaks are the only "\n" allowed.
+RAW_CONTROL = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def planted(bad: str) -> dict[str, object]:
+    """What each listed field holds in the hostile volume."""
+    return {
+        "conversation_key": f"key {bad}",
+        "channel": f"chan {bad}",
+        "content": f"hello {bad}",
+        "tool_calls": [{"id": "c1", "function": {"name": bad}}],  # short: a cell never wraps
+        "tool_call_id": f"c1{bad}",
+        "trigger": f"trig {bad}",
+        "model": f"model {bad}",
+        "error": f"err {bad}",
+        "event": f"event {bad}",
+        "detail": {"action": bad},
+        "key": f"mem {bad}",
+        "value": f"value {bad}",
+    }
+
+
+def hostile_volume(directory: Path, bad: str) -> Path:
+    """`bad` in every text field the listings show."""
+    p = planted(bad)
+    w = VolumeWriter(directory / "agent.db", name=f"agent {bad}")
+    s = w.thread(p["conversation_key"], channel=p["channel"])
+    w.message(s, "user", p["content"])
+    w.message(s, "assistant", "", tool_calls=p["tool_calls"])
+    w.message(s, "tool", "result", tool_call_id=p["tool_call_id"])
+    w.run(s, trigger=p["trigger"], model=p["model"], status="error", error=p["error"])
+    w.audit(p["event"], p["detail"], session=s)
+    w.memory(p["key"], p["value"])
+    w.close()
+    return w.path
+
+
+# (command, the fields of its rows that carry the planted text)
+HOSTILE_LISTINGS = [
+    (["sessions", "{v}"], ["conversation_key", "channel"]),
+    (["transcript", "{v}", "key {bad}"], ["content", "tool_calls", "tool_call_id"]),
+    (["runs", "{v}"], ["conversation_key", "trigger", "model", "error"]),
+    (["audit", "{v}"], ["conversation_key", "event", "detail"]),
+    (["memories", "list", "{v}"], ["key", "value"]),
+]
+
+
+@pytest.fixture(params=list(DANGEROUS), scope="module")
+def hostile(request, tmp_path_factory):
+    bad = DANGEROUS[request.param]
+    return hostile_volume(tmp_path_factory.mktemp("hostile"), bad), bad
+
+
+def _command(template: list[str], path: Path, bad: str) -> list[str]:
+    return [part.format(v=path, bad=bad) for part in template]
+
+
+@pytest.mark.parametrize("fmt", [[], ["--table"], ["--fmt", "grid"], ["--fmt", "github"]])
+@pytest.mark.parametrize(("template", "fields"), HOSTILE_LISTINGS, ids=lambda x: x[0])
+def test_tables_escape_every_control_character(run_cli_factory, hostile, template, fields, fmt):
+    path, bad = hostile
+    rows = json.loads(run_cli_factory(*_command(template, path, bad), "--json").stdout)
+    result = run_cli_factory(*_command(template, path, bad), *fmt)
+    assert result.exit_code == 0, result
+    assert not RAW_CONTROL.search(result.stdout), repr(result.stdout)
+    if fmt in ([], ["--table"]):  # header, rule, then one line per row: nothing split a row
+        assert len(result.stdout.splitlines()) == 2 + len(rows)
+
+
+@pytest.mark.parametrize(("template", "fields"), HOSTILE_LISTINGS, ids=lambda x: x[0])
+def test_machine_formats_keep_the_text_exactly(run_cli_factory, hostile, template, fields):
+    path, bad = hostile
+    command = _command(template, path, bad)
+    rows = json.loads(run_cli_factory(*command, "--json").stdout)
+    for field in fields:
+        assert planted(bad)[field] in [row[field] for row in rows], field
+    nl = [json.loads(line) for line in run_cli_factory(*command, "--nl").stdout.splitlines()]
+    assert nl == rows
+    for kind, delimiter in (("--csv", ","), ("--tsv", "\t")):
+        out = run_cli_factory(*command, kind).stdout
+        parsed = list(csv.DictReader(io.StringIO(out, newline=""), delimiter=delimiter))
+        assert parsed == [{k: flat(v) for k, v in row.items()} for row in rows]
+
+
+def test_memory_values_are_exact_in_json_and_export(run_cli_factory, hostile):
+    path, bad = hostile
+    key, value = planted(bad)["key"], planted(bad)["value"]
+    exported = json.loads(run_cli_factory("memories", "export", path).stdout)
+    assert (exported["key"], exported["value"]) == (key, value)
+    assert run_cli_factory("memories", "get", path, key).stdout == value  # not a terminal: raw
+
+
+def test_status_text_escapes_names_from_the_volume(run_cli_factory, hostile):
+    path, bad = hostile
+    result = run_cli_factory("status", path)
+    assert result.exit_code == 0, result
+    assert not RAW_CONTROL.search(result.stdout), repr(result.stdout)
+    assert len(result.stdout.splitlines()) == 11  # one line per figure
+    totals = json.loads(run_cli_factory("status", path, "--json").stdout)
+    assert totals["agent"] == f"agent {bad}"
+    assert totals["runs"]["by_trigger"] == {f"trig {bad}": 1}
+    assert totals["audit"]["by_event"] == {f"event {bad}": 1}
+
+
+def test_an_error_line_escapes_text_from_the_volume(run_cli_factory, hostile, tmp_path):
+    path, bad = hostile
+    copy = tmp_path / "newer.db"
+    copy.write_bytes(path.read_bytes())
+    conn = sqlite3.connect(copy)
+    conn.execute(
+        "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
+        " VALUES ('agent-volume', ?, '2026-11-30T00:00:00.000Z')",
+        (f"m999 {bad}",),
+    )
+    conn.commit()
+    conn.close()
+    result = run_cli_factory("status", copy)
+    assert result.exit_code == 3, result
+    assert "m999" in result.stderr
+    assert not RAW_CONTROL.search(result.stderr), repr(result.stderr)
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_dry_run_plan_escapes_keys_from_the_volume(run_cli_factory, hostile, tmp_path):
+    path, _ = hostile
+    incoming = tmp_path / "in.jsonl"
+    incoming.write_text('{"key": "fresh", "value": "v"}\n')
+    result = run_cli_factory("memories", "import", path, incoming, "--prune", "--dry-run")
+    assert result.exit_code == 0, result
+    lines = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [action for action, _ in lines] == ["added", "removed"]
+    assert lines[1][1].startswith("mem ") and not RAW_CONTROL.search(lines[1][1]), lines
+
+
+# -- never a partial document ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["json", "nl", "csv", "tsv", "table"])
+def test_a_query_that_fails_before_its_first_row_writes_nothing(kind):
+    def rows():
+        raise sqlite3.DatabaseError("database disk image is malformed")
+        yield {}
+
+    out = io.StringIO()
+    with pytest.raises(sqlite3.DatabaseError):
+        render(rows(), ["a"], OutputFormat(kind), out)
+    assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize("kind", ["--json", "--nl", "--csv", "--tsv", "--table"])
+def test_a_listing_of_a_damaged_table_leaves_stdout_empty(run_cli_factory, tmp_path, kind):
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = w.thread("k")
+    for _ in range(3):
+        w.run(s)
+    w.conn.execute("PRAGMA journal_mode = DELETE")
+    page_size = w.conn.execute("PRAGMA page_size").fetchone()[0]
+    root = w.conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
+    w.close()
+    data = bytearray(w.path.read_bytes())
+    data[(root - 1) * page_size] = 0x00  # not a b-tree page any more
+    w.path.write_bytes(bytes(data))
+    result = run_cli_factory("runs", w.path, kind)
+    assert result.exit_code == 2, result
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""

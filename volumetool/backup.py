@@ -1,13 +1,43 @@
-"""`backup`: a consistent copy of a live agent file, made with SQLite's online backup API."""
+"""`backup`: a consistent copy of a live agent file, made with SQLite's online backup API.
+
+A copy is staged under a temporary name — next to DEST, or in $TMPDIR when DEST is `-` — and
+linked into place (or streamed) only when it is complete and checked. While a stage exists, a
+record beside the volume (a symlink `.agent.db.backup-HOST-PID-…` naming the stage) says where
+it is, so that the next backup of the same volume, whatever its DEST, removes what a killed
+one left behind. Only stages of processes that are gone are ever removed.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import os
+import secrets
+import shutil
 import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-from volumetool.create import staged_file
-from volumetool.errors import ProblemsFound
+from volumetool.create import dead_stages, remove_stage, stage_owner, stage_prefix, staged_file
+from volumetool.errors import ProblemsFound, UnusableInput
 from volumetool.volume import Volume
+
+RECORD_KIND = "backup"
+
+
+def backup_destination(text: str) -> Path | None:
+    """DEST as given on the command line: None for `-` (stdout); a directory, or a name that
+    ends in `/`, is unusable (the copy would land under a name nobody asked for)."""
+    if text == "-":
+        return None
+    path = Path(text)
+    if text.endswith("/") or path.is_dir():
+        raise UnusableInput(
+            f"{text}: names a directory", "name the file to create, e.g. DIR/agent-backup.db"
+        )
+    return path
 
 
 def backup(volume: Volume, dest: Path) -> Path:
@@ -17,17 +47,86 @@ def backup(volume: Volume, dest: Path) -> Path:
     The copy is taken in a single step inside one read transaction: in WAL mode the agent keeps
     writing meanwhile, and the copy holds exactly the state at the moment it began.
     """
-    with staged_file(dest, mode=0o600) as tmp:
-        target = sqlite3.connect(tmp)
-        try:
-            with volume.translating():
-                volume.conn.backup(target)
-                problems = [r[0] for r in target.execute("PRAGMA integrity_check")]
-        finally:
-            target.close()
-        if problems != ["ok"]:
-            raise ProblemsFound(
-                f"{dest}: the copy failed its integrity check ({problems[0]})",
-                "nothing was written; check the source with volumetool check",
-            )
+    remove_killed_backups(volume.path)
+    with _recording_stages(volume.path) as record, staged_file(dest, mode=0o600) as tmp:
+        record(tmp)
+        _copy(volume, tmp, dest)
     return dest
+
+
+def backup_to_stream(volume: Volume, out: BinaryIO) -> int:
+    """The same copy, staged in $TMPDIR and then streamed to `out` (for `| zstd`); returns its
+    size. The stage is unlinked before the first byte is written, so nothing is left behind
+    however the stream ends."""
+    remove_killed_backups(volume.path)
+    with _recording_stages(volume.path) as record:
+        try:
+            fd, name = tempfile.mkstemp(prefix=stage_prefix(volume.path.name))
+        except OSError as exc:
+            raise UnusableInput(
+                f"{tempfile.gettempdir()}: cannot stage the copy ({exc.strerror})",
+                "set TMPDIR to a directory with room for it",
+            ) from None
+        os.close(fd)
+        stage = Path(name)
+        try:
+            record(stage)
+            _copy(volume, stage, "-")
+            with open(stage, "rb") as copy:
+                remove_stage(stage)
+                shutil.copyfileobj(copy, out, 1 << 20)
+                out.flush()
+                return os.fstat(copy.fileno()).st_size
+        finally:
+            remove_stage(stage)
+
+
+def remove_killed_backups(volume_path: Path) -> None:
+    """Delete the stages that killed backups of this volume left, wherever they were, by the
+    records beside the volume. A record is only trusted to name a stage of its own process."""
+    records = dead_stages(volume_path.parent, glob.escape(volume_path.name), RECORD_KIND)
+    for record, pid in records:
+        with contextlib.suppress(OSError):
+            stage = Path(os.readlink(record))
+            if stage_owner(stage.name) == pid:
+                remove_stage(stage)
+        with contextlib.suppress(OSError):
+            record.unlink()
+
+
+@contextlib.contextmanager
+def _recording_stages(volume_path: Path) -> Iterator[Callable[[Path], None]]:
+    """`record(stage)` leaves a record of `stage` beside the volume until the block ends (after
+    the stage is gone). A volume directory that cannot take one (read-only) goes without: its
+    stages are then found only by a later backup to the same directory."""
+    made: list[Path] = []
+
+    def record(stage: Path) -> None:
+        name = stage_prefix(volume_path.name, RECORD_KIND) + secrets.token_hex(4)
+        try:
+            os.symlink(os.path.abspath(stage), volume_path.parent / name)
+        except OSError:
+            return
+        made.append(volume_path.parent / name)
+
+    try:
+        yield record
+    finally:
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _copy(volume: Volume, tmp: Path, dest: object) -> None:
+    target = sqlite3.connect(tmp)
+    try:
+        with volume.translating():
+            volume.conn.backup(target)
+            problems = [r[0] for r in target.execute("PRAGMA integrity_check")]
+    finally:
+        target.close()
+    if problems != ["ok"]:
+        raise ProblemsFound(
+            f"{dest}: the copy failed its integrity check ({problems[0]})",
+            "nothing was written; check the source with volumetool check",
+        )

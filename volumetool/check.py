@@ -6,6 +6,7 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from volumetool.timefmt import SQL_IS_TIMESTAMP, TIMESTAMP_FORM
 from volumetool.volume import Volume
 
 MAX_IDS = 20  # ids named in one line; the count is always exact
@@ -76,6 +77,21 @@ ROW_CHECKS = (
         "SELECT a.id FROM audit a WHERE a.run_id IS NOT NULL"
         " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = a.run_id) ORDER BY a.id",
         "run_id points to a missing run",
+    ),
+    (
+        "memory-timestamp-format",
+        "memories",
+        f"SELECT rowid FROM memories WHERE NOT {SQL_IS_TIMESTAMP.format('created_at')}"
+        f" OR NOT {SQL_IS_TIMESTAMP.format('updated_at')} ORDER BY rowid",
+        f"created_at or updated_at is not a timestamp {TIMESTAMP_FORM} (ids are rowids)",
+    ),
+    (
+        "memory-updated-before-created",
+        "memories",
+        "SELECT rowid FROM memories WHERE updated_at < created_at"
+        f" AND {SQL_IS_TIMESTAMP.format('created_at')} AND {SQL_IS_TIMESTAMP.format('updated_at')}"
+        " ORDER BY rowid",
+        "updated_at is before created_at (ids are rowids)",
     ),
 )
 

@@ -53,22 +53,47 @@ def _host() -> str:
     return socket.gethostname().replace("-", "_").replace("/", "_")
 
 
+def stage_prefix(name: str, kind: str = "tmp") -> str:
+    """How a file of this process that may outlive it is named: `.NAME.KIND-HOST-PID-`."""
+    return f".{name}.{kind}-{_host()}-{os.getpid()}-"
+
+
+def stage_owner(name: str, kind: str = "tmp") -> int | None:
+    """The pid in a name `.NAME.KIND-HOST-PID-…` that a process of this host gave a file, or
+    None when the name is not one of those."""
+    found = re.search(rf"\.{re.escape(kind)}-{re.escape(_host())}-(\d+)-", name)
+    return int(found.group(1)) if found else None
+
+
+def dead_stages(directory: Path, names: str, kind: str = "tmp") -> Iterator[tuple[Path, int]]:
+    """The files `.NAMES.KIND-HOST-PID-…` in `directory` (NAMES a glob) left by a process of
+    this host that is gone, with its pid; a live process's files are never among them."""
+    for leftover in directory.glob(f".{names}.{kind}-*"):
+        pid = stage_owner(leftover.name, kind)
+        if pid is None:
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            yield leftover, pid
+        except PermissionError:
+            pass  # alive, someone else's
+
+
 def remove_stale_stages(directory: Path, names: str) -> None:
     """Delete the temporary files a killed volumetool left for files matching the glob `names`
     in `directory`. Only stages of this host whose process is gone are touched, so a live
     writer's stage is never removed."""
-    stage = re.compile(rf"\.tmp-{re.escape(_host())}-(\d+)-")
-    for leftover in directory.glob(f".{names}.tmp-*"):
-        found = stage.search(leftover.name)
-        if not found:
-            continue
-        try:
-            os.kill(int(found.group(1)), 0)
-        except ProcessLookupError:
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
-        except PermissionError:
-            pass  # alive, someone else's
+    for leftover, _ in dead_stages(directory, names):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+
+
+def remove_stage(tmp: Path) -> None:
+    """Delete a staged file with the side files SQLite may have made beside it."""
+    for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
 
 
 @contextlib.contextmanager
@@ -84,9 +109,7 @@ def staged_file(
         if make_parents:  # a new volume's directory; an export or a backup needs an existing one
             path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_stages(path.parent, glob.escape(path.name))
-        fd, name = tempfile.mkstemp(
-            dir=path.parent, prefix=f".{path.name}.tmp-{_host()}-{os.getpid()}-"
-        )
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=stage_prefix(path.name))
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot create the file ({exc.strerror})") from None
     os.close(fd)
@@ -102,9 +125,7 @@ def staged_file(
         else:
             publish(tmp, path)
     finally:
-        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
+        remove_stage(tmp)
 
 
 def apply_migrations(conn: sqlite3.Connection) -> None:

@@ -27,7 +27,11 @@ class VolumetoolError(click.ClickException):
         return f"{text} — {self.hint}" if self.hint else text
 
     def show(self, file=None) -> None:  # type: ignore[override]
-        click.echo(f"volumetool: {self.format_message()}", file=file or sys.stderr)
+        from volumetool.render import escape_control
+
+        # Messages quote volume text (a migration name, a key, an SQLite message).
+        text = escape_control(self.format_message())
+        click.echo(f"volumetool: {text}", file=file or sys.stderr)
 
 
 class ProblemsFound(VolumetoolError):

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from volumetool.errors import ProblemsFound, UnusableInput
-from volumetool.timefmt import now_iso
+from volumetool.render import BIDI_CHARS, CONTROL_CHARS, SURROGATES
+from volumetool.timefmt import TIMESTAMP_FORM, is_timestamp, now_iso
 
 MEMORY_FIELDS = ("key", "value", "created_at", "updated_at")
 
@@ -60,10 +61,11 @@ def get_memory(conn: sqlite3.Connection, key: str) -> str:
 # -- keys --------------------------------------------------------------------------------------
 
 KEY_MAX_CHARS = 200
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_CONTROL = re.compile(f"[{CONTROL_CHARS}]")
+_BIDI = re.compile(f"[{BIDI_CHARS}]")
+_SURROGATE = re.compile(f"[{SURROGATES}]")
 # Every rule below in one pass, for the common case of a good key.
-_SUSPECT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]|^\s|\s$")
+_SUSPECT = re.compile(rf"[{CONTROL_CHARS}{BIDI_CHARS}{SURROGATES}]|^\s|\s$")
 
 
 def key_problem(key: object) -> str | None:
@@ -80,6 +82,9 @@ def key_problem(key: object) -> str | None:
         return "the key holds a lone surrogate, which is not valid Unicode"
     if _CONTROL.search(key):
         return "the key holds a control character or a line break"
+    if _BIDI.search(key):
+        # A key that displays in another order than it reads ("Trojan Source").
+        return "the key holds a bidirectional control character"
     if key != key.strip():
         return "the key has leading or trailing whitespace"
     return None
@@ -182,13 +187,37 @@ def export(
 
 ACTIONS = ("added", "changed", "unchanged", "skipped", "removed")
 _FIELDS = {"key", "value", "created_at", "updated_at"}
+_BOM = b"\xef\xbb\xbf"  # Windows editors start UTF-8 files with one
+
+
+class _Repeated(dict):
+    """A JSON object that named a field twice (json.loads would keep the last silently)."""
+
+    field: str
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    """json's object_pairs_hook: a dict, marked when a field repeats so that the record holding
+    it can be refused by its line or number."""
+    item = dict(pairs)
+    if len(item) == len(pairs):
+        return item
+    repeated = _Repeated(item)
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in seen:
+            repeated.field = name
+            break
+        seen.add(name)
+    return repeated
+
+
+_loads = json.JSONDecoder(object_pairs_hook=_object).decode  # one decoder for every line
 
 
 @dataclass
 class ImportPlan:
     counts: dict[str, int]
-    conflicts: list[str]  # the first keys that exist with a different value
-    conflict_count: int = 0
 
     def summary(self) -> str:
         return ", ".join(f"{self.counts[a]:,} {a}" for a in ACTIONS)
@@ -214,6 +243,8 @@ class _Records:
     def record(self, item: object) -> tuple[str, str, str | None, str | None]:
         if not isinstance(item, dict):
             raise self.fail(f"expected a JSON object, got {_json_type(item)}")
+        if isinstance(item, _Repeated):
+            raise self.fail(f"the field {item.field!r} appears twice in one object")
         if not item.keys() <= _FIELDS:
             unknown = sorted(item.keys() - _FIELDS)[0]
             raise self.fail(
@@ -232,13 +263,24 @@ class _Records:
                 f"the value of {key!r} holds a lone surrogate, which is not valid Unicode"
             )
         created, updated = item.get("created_at"), item.get("updated_at")
-        for field, stamp in (("created_at", created), ("updated_at", updated)):
-            if stamp is not None and not isinstance(stamp, str):
-                raise self.fail(f"{field} of {key!r} is {_json_type(stamp)}, not a string")
+        self.check_timestamps(key, created, updated)
         return key, value, created, updated
 
+    def check_timestamps(self, key: str, created: object, updated: object) -> None:
+        for field, stamp in (("created_at", created), ("updated_at", updated)):
+            if stamp is not None and not is_timestamp(stamp):
+                shown = repr(stamp[:40]) if isinstance(stamp, str) else _json_type(stamp)
+                raise self.fail(
+                    f"{field} of {key!r} is {shown}, not a timestamp {TIMESTAMP_FORM} "
+                    "naming a real UTC moment"
+                )
+        if isinstance(created, str) and isinstance(updated, str) and updated < created:
+            raise self.fail(
+                f"updated_at of {key!r} ({updated}) is before its created_at ({created})"
+            )
+
     def __iter__(self) -> Iterator[tuple]:
-        first = self.source.readline()
+        first = self.source.readline().removeprefix(_BOM)
         while first and not first.strip():
             self.number += 1
             first = self.source.readline()
@@ -246,7 +288,7 @@ class _Records:
             return
         head = self._decode(first)
         try:
-            item = json.loads(head)
+            item = _loads(head)
         except ValueError:
             item = None
         if isinstance(item, dict) and "format" not in item and "memories" not in item:
@@ -268,7 +310,7 @@ class _Records:
                 # Decoded UTF-8 holds no surrogates: only a \\u escape can bring one in.
                 self.escapes = "\\u" in text
                 try:
-                    item = json.loads(text)
+                    item = _loads(text)
                 except ValueError as exc:
                     raise self.fail(f"not valid JSON ({exc.msg})") from None
                 yield self.record(item)
@@ -282,11 +324,13 @@ class _Records:
         text = self._decode(data)
         self.escapes = "\\u" in text
         try:
-            document = json.loads(text)
+            document = _loads(text)
         except ValueError as exc:
             self.number = exc.lineno
             raise self.fail(f"not valid JSON ({exc.msg})") from None
         self.number = 0
+        if isinstance(document, _Repeated):
+            raise self.fail(f"the field {document.field!r} appears twice")
         if not (
             isinstance(document, dict)
             and document.get("format") == EXPORT_FORMAT
@@ -348,6 +392,33 @@ SELECT m.key, 'removed' FROM main.memories m
 WHERE ? AND NOT EXISTS (SELECT 1 FROM temp.import_memories i WHERE i.key = m.key)
 ORDER BY 1
 """
+_CONFLICTS = """
+SELECT i.key FROM temp.import_memories i JOIN main.memories m ON m.key = i.key
+WHERE m.value != i.value ORDER BY i.key
+"""
+SHOWN_CONFLICTS = 10
+
+
+def refuse_conflicts(
+    conn: sqlite3.Connection, on_key: Callable[[str, str], None] | None = None
+) -> None:
+    """--on-conflict fail: ProblemsFound listing the keys of the staged import that exist with
+    a different value, if any; `on_key("conflict", key)` hears of each, in key order."""
+    shown: list[str] = []
+    count = 0
+    for (key,) in conn.execute(_CONFLICTS):
+        count += 1
+        if len(shown) < SHOWN_CONFLICTS:
+            shown.append(repr(key))
+        if on_key is not None:
+            on_key("conflict", key)
+    if count:
+        more = f" and {count - len(shown)} more" if count > len(shown) else ""
+        raise ProblemsFound(
+            f"{count} key(s) exist with a different value: {', '.join(shown)}{more};"
+            " nothing was imported",
+            "--on-conflict skip keeps them, --on-conflict overwrite replaces them",
+        )
 
 
 def plan_import(
@@ -357,15 +428,15 @@ def plan_import(
     on_key: Callable[[str, str], None] | None = None,
 ) -> ImportPlan:
     """Classify every key of the staged import against the volume's memories, streaming:
-    `on_key(action, key)` hears of each key that is not unchanged, in key order."""
-    plan = ImportPlan(dict.fromkeys(ACTIONS, 0), [])
+    `on_key(action, key)` hears of each key that is not unchanged, in key order. Under
+    --on-conflict fail a conflict refuses the whole plan, so a dry run predicts the real
+    run's refusal (and its exit code) exactly, as well as its counts."""
+    if on_conflict == "fail":
+        refuse_conflicts(conn, on_key)
+    plan = ImportPlan(dict.fromkeys(ACTIONS, 0))
     for key, action in conn.execute(_CLASSIFY, (prune,)):
-        if action == "changed":
-            plan.conflict_count += 1
-            if len(plan.conflicts) < 10:
-                plan.conflicts.append(key)
-            if on_conflict == "skip":
-                action = "skipped"
+        if action == "changed" and on_conflict == "skip":
+            action = "skipped"
         plan.counts[action] += 1
         if on_key is not None and action != "unchanged":
             on_key(action, key)
@@ -376,15 +447,6 @@ def apply_import(conn: sqlite3.Connection, on_conflict: str, prune: bool) -> Imp
     """Write the staged import: call inside the write transaction. Every key written gets a
     remember event and every key removed a forget event; unchanged keys get neither."""
     plan = plan_import(conn, on_conflict, prune)
-    if on_conflict == "fail" and plan.conflict_count:
-        shown = ", ".join(repr(k) for k in plan.conflicts)
-        more = plan.conflict_count - len(plan.conflicts)
-        raise ProblemsFound(
-            f"{plan.conflict_count} key(s) exist with a different value: {shown}"
-            f"{f' and {more} more' if more else ''};"
-            " nothing was imported",
-            "--on-conflict skip keeps them, --on-conflict overwrite replaces them",
-        )
     ts = now_iso()
     overwrite = on_conflict == "overwrite"
     conn.execute(
@@ -403,14 +465,20 @@ def apply_import(conn: sqlite3.Connection, on_conflict: str, prune: bool) -> Imp
             "DELETE FROM main.memories WHERE key NOT IN (SELECT key FROM temp.import_memories)"
         )
     if overwrite:
+        # created_at stays; an updated_at from the file older than it moves up to it, so that
+        # no memory is updated before it was created.
         conn.execute(
-            "UPDATE main.memories SET value = i.value, updated_at = coalesce(i.updated_at, ?)"
+            "UPDATE main.memories SET value = i.value,"
+            " updated_at = max(memories.created_at, coalesce(i.updated_at, ?))"
             " FROM temp.import_memories i WHERE memories.key = i.key AND memories.value != i.value",
             (ts,),
         )
+    # A missing created_at is the updated_at when the file has one (the memory existed by
+    # then), else now; a missing updated_at is the created_at.
     conn.execute(
         "INSERT INTO main.memories (key, value, created_at, updated_at)"
-        " SELECT key, value, coalesce(created_at, ?), coalesce(updated_at, created_at, ?)"
+        " SELECT key, value, coalesce(created_at, updated_at, ?),"
+        " coalesce(updated_at, created_at, ?)"
         " FROM temp.import_memories i"
         " WHERE NOT EXISTS (SELECT 1 FROM main.memories m WHERE m.key = i.key) ORDER BY key",
         (ts, ts),

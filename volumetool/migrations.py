@@ -155,8 +155,9 @@ ORDER BY s.id, e.id"""
 def m002_messages_from_transcripts(db) -> None:
     """Move every 0.x transcript into `messages`, one row per element, threads in id order and
     each thread in transcript order. Preserves role, content, tool_calls and tool_call_id
-    exactly; content that is not a string (null, or a list of content parts) is kept as its
-    JSON text, so nothing is dropped, and a missing `ts` takes the thread's creation time (a
+    exactly; content that is not a string (a list of content parts) is kept as its JSON text,
+    so nothing is dropped, while a null or missing content (a tool-call message) is empty
+    text rather than the word "null"; a missing `ts` takes the thread's creation time (a
     numeric one is read as Unix seconds). `archived` becomes `status`; an archived 0.x thread
     has no archive time, so its `updated_at` stands in for `archived_at`."""
     conn = db.conn

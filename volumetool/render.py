@@ -2,11 +2,14 @@
 
 Rows are dicts with the listing's fields in order. JSON keeps nested values (an audit detail,
 tool calls) as JSON; the flat formats write them as compact JSON text, NULL as an empty cell.
+Tables are for people: every cell goes through `escape_control`, since volume text comes from
+chat users and model servers. The machine formats keep every character exactly.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -19,9 +22,10 @@ FLAT_WIDTH = 72  # table cells wider than this wrap, so long content stays reada
 # clipboard writes, screen clears), DEL, line and paragraph separators, and the bidirectional
 # controls that make text display in another order than it reads ("Trojan Source"), and lone
 # surrogates (not Unicode at all: no terminal, file or SQLite text column can take them).
-_UNSAFE = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
+CONTROL_CHARS = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+BIDI_CHARS = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+SURROGATES = r"\ud800-\udfff"
+_UNSAFE = re.compile(f"[{CONTROL_CHARS}{BIDI_CHARS}{SURROGATES}]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -74,6 +78,13 @@ def _limited(rows: Iterable[dict], limit: int | None, cut: list[bool]) -> Iterat
         yield row
 
 
+def _first_fetched(rows: Iterator[dict]) -> Iterator[dict]:
+    """The same rows with the first one already fetched, so that a query that fails does so
+    before anything is written: never half a JSON document or a lone CSV header."""
+    first = list(itertools.islice(rows, 1))
+    return itertools.chain(first, rows)
+
+
 def render(
     rows: Iterable[dict],
     columns: Sequence[str],
@@ -83,7 +94,7 @@ def render(
 ) -> bool:
     """Write rows (at most `limit`) to `out`; True when more rows existed than were shown."""
     cut: list[bool] = []
-    shown = _limited(rows, limit, cut)
+    shown = _first_fetched(_limited(rows, limit, cut))
     if fmt.kind == "json":
         out.write("[")
         for n, row in enumerate(shown):
@@ -116,15 +127,13 @@ def render(
 
 
 def _cell(value: object) -> str:
-    text = flat(value)
-    if len(text) <= FLAT_WIDTH and "\n" not in text:
+    """One table cell: escaped, so it is one line of text; long ones wrap at FLAT_WIDTH."""
+    text = escape_control(flat(value))
+    if len(text) <= FLAT_WIDTH:
         return text
     import textwrap
 
-    lines = []
-    for line in text.splitlines() or [""]:
-        lines.extend(textwrap.wrap(line, FLAT_WIDTH, replace_whitespace=False) or [""])
-    return "\n".join(lines)
+    return "\n".join(textwrap.wrap(text, FLAT_WIDTH) or [""])
 
 
 def one_line(text: str, limit: int = 500) -> str:

@@ -10,7 +10,9 @@ compacted and others not, some migrations applied), mixed, or corrupt (integrity
 `volumetool check` fails). It then runs the command again, which must complete, and counts the
 temporary files left behind and the agent's committed writes that are missing.
 
-    python -m tests.faults.kills --trials 200      # writes RELIABILITY.md
+    python -m tests.faults.kills                   # 200 trials a path: writes RELIABILITY.md
+    python -m tests.faults.kills --trials 3        # a short run: prints the table
+    python -m tests.faults.kills --trials 3 --report /tmp/short.md
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 VT = [sys.executable, "-m", "volumetool"]
 AGENT = [sys.executable, "-m", "tests.faults.agent"]
 KEY = "sk-faults-0123456789abcdefghijkl"
+FULL_TRIALS = 200  # what RELIABILITY.md reports; a shorter run never overwrites it
+RELIABILITY = ROOT / "RELIABILITY.md"
 STATES = ("old", "new", "between", "mixed", "corrupt")
 
 
@@ -497,7 +501,7 @@ def run_path(
                 cwd=ROOT,
                 env={**os.environ, "AGENT_MEMORIES": "1" if path.agent_memories else "0"},
             )
-            time.sleep(0.05)
+            wait_for_agent(directory / "agent.db", agent)
         delay = rng.uniform(0, duration * 1.1)
         child = subprocess.Popen(
             [str(c) for c in path.command(directory)],
@@ -557,6 +561,26 @@ def all_paths(server: ModelServer) -> list[KillPath]:
     return [MemoriesImport(), compact, Migrate(), ThreadNew(), ThreadReset(), Demo(), Export()]
 
 
+def wait_for_agent(db: Path, agent: subprocess.Popen) -> None:
+    """Until the simulated agent has committed a turn: on a loaded machine its interpreter can
+    take longer to start than a short command runs, and a SIGTERM that came before its handler
+    was set would end it without its report."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and agent.poll() is None:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            if conn.execute(
+                "SELECT 1 FROM messages WHERE content LIKE 'agent-live-%' LIMIT 1"
+            ).fetchone():
+                return
+        except sqlite3.OperationalError:
+            pass  # locked by the agent's own write: look again
+        finally:
+            conn.close()
+        time.sleep(0.01)
+    raise RuntimeError(f"the simulated agent did not start writing to {db}")
+
+
 def markdown(tallies: list[Tally], trials: int, seed: int, took: float) -> str:
     lines = [
         "# Reliability",
@@ -585,13 +609,39 @@ def markdown(tallies: list[Tally], trials: int, seed: int, took: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def report_path(trials: int, only: str | None, report: str | None) -> Path | None:
+    """Where a run's table goes: RELIABILITY.md only from a full run (every path, at least
+    FULL_TRIALS trials each); a shorter run to --report, else nowhere (it is printed).
+    ValueError when --report names RELIABILITY.md for a shorter run."""
+    full = trials >= FULL_TRIALS and not only
+    if report is None:
+        return RELIABILITY if full else None
+    path = Path(report)
+    if not full and path.resolve() == RELIABILITY.resolve():
+        raise ValueError(
+            f"RELIABILITY.md reports full runs ({FULL_TRIALS} trials of every path);"
+            " write a shorter run elsewhere"
+        )
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="SIGKILL every write path, many times")
-    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--trials", type=int, default=FULL_TRIALS)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", help="paths whose name contains this")
     parser.add_argument("--work", default="/tmp/volumetool-faults")
+    parser.add_argument(
+        "--report",
+        metavar="PATH",
+        help="write the table here (default: RELIABILITY.md for a full run; a shorter run "
+        "only prints it)",
+    )
     args = parser.parse_args()
+    try:
+        target = report_path(args.trials, args.only, args.report)
+    except ValueError as exc:
+        parser.error(str(exc))
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
     started = time.monotonic()
@@ -612,11 +662,14 @@ def main() -> None:
                 print(f"  FAILURE {failure}", flush=True)
             tallies.append(tally)
     took = time.monotonic() - started
-    if not args.only:
-        (ROOT / "RELIABILITY.md").write_text(
-            markdown(tallies, args.trials, args.seed, took) + NOTES
+    table = markdown(tallies, args.trials, args.seed, took)
+    if target is None:
+        print(
+            f"\n{table}\n(a short run: RELIABILITY.md keeps the full one; --report PATH saves this)"
         )
-        print("wrote RELIABILITY.md")
+    else:
+        target.write_text(table + NOTES)
+        print(f"wrote {target}")
     sys.exit(0 if all(t.clean for t in tallies) else 1)
 
 
@@ -634,7 +687,8 @@ NOTES = """
   mount, since the tests run as root), and a full disk (`RLIMIT_FSIZE`): each command fails
   with its documented exit code and one line, and the file is never made worse.
 - `make test` runs a few seeded trials of every kill path; `make faults` runs the long ones
-  and rewrites this file.
+  and rewrites this file (a shorter `make faults TRIALS=N` only prints its table, or writes it
+  to `REPORT=PATH`).
 """
 
 

@@ -77,8 +77,10 @@ def status(volume: str | None, as_json: bool, busy_timeout: float) -> None:
         ("audit", f"{totals['audit']['total']:,}: " + counts(totals["audit"]["by_event"])),
         ("last activity", totals["last_activity"] or "never"),
     ]
+    from volumetool.render import escape_control
+
     for label, value in lines:
-        click.echo(f"{label:<14}{value}")
+        click.echo(f"{label:<14}{escape_control(value)}")  # names come from the volume
 
 
 @click.command()

@@ -108,27 +108,39 @@ def migrate(
 
 @click.command(short_help="A consistent copy of a live agent file.")
 @volume_argument
-@click.argument("dest", required=False, metavar="DEST")
+@click.argument("dest", required=False, metavar="DEST|-")
 @busy_timeout_option
 def backup(volume, dest, busy_timeout) -> None:
     """A consistent copy of a live agent file, taken with SQLite's online backup API while the
-    agent keeps writing; DEST must not exist. The copy is integrity-checked, then linked into
-    place (mode 0600).
+    agent keeps writing; DEST must not exist, and must name a file (not a directory). The copy
+    is integrity-checked, then linked into place (mode 0600). With - the copy is staged in
+    $TMPDIR and written to stdout. A backup killed midway leaves a hidden temporary file that
+    the next backup of the same volume removes, whatever its DEST.
 
     \b
     Example:
       volumetool backup ./vol /backups/support-bot-$(date -u +%F).db
+      volumetool backup ./vol - | zstd > support-bot.db.zst
     """
-    from pathlib import Path
-
     from volumetool.backup import backup as run
+    from volumetool.backup import backup_destination, backup_to_stream
+    from volumetool.errors import UnusableInput
     from volumetool.volume import Volume
 
     volume, dest = shift_volume(volume, dest)
-    dest = require(dest, "DEST")
+    path = backup_destination(require(dest, "DEST"))
+    if path is None and sys.stdout.isatty():
+        raise UnusableInput(
+            "refusing to write a database to a terminal",
+            "pipe it (volumetool backup VOLUME - | zstd > copy.db.zst) or name a DEST file",
+        )
     with Volume(volume, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
-        path = run(vol, Path(dest))
-    click.echo(f"volumetool: backed up {vol.path} to {path}", err=True)
+        if path is None:
+            size = backup_to_stream(vol, sys.stdout.buffer)
+            where = f"stdout ({size:,} bytes)"
+        else:
+            where = str(run(vol, path))
+    click.echo(f"volumetool: backed up {vol.path} to {where}", err=True)
 
 
 @click.command(short_help="Check integrity and consistency.")

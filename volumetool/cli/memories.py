@@ -19,7 +19,13 @@ from volumetool.cli.options import (
 
 @click.group()
 def memories() -> None:
-    """The agent's persistent memories (key → fact)."""
+    """The agent's persistent memories (key → fact).
+
+    \b
+    Example:
+      volumetool memories list ./vol --prefix user.
+      volumetool memories export ./old-vol | volumetool memories import ./new-vol -
+    """
 
 
 @memories.command(name="list")
@@ -47,19 +53,21 @@ def list_(volume, prefix, output, tablefmt, limit, busy_timeout) -> None:
 @click.argument("key", required=False)
 @busy_timeout_option
 def get(volume, key, busy_timeout) -> None:
-    """Print the raw value of one memory (exit 1 when there is none).
+    """Print the raw value of one memory (exit 1 when there is none); on a terminal, with
+    control characters escaped and a final newline.
 
     \b
     Example:
       volumetool memories get ./vol deploy_region
     """
     from volumetool.memories import get_memory
+    from volumetool.render import escape_control
     from volumetool.volume import Volume
 
     volume, key = shift_volume(volume, key)
     with Volume(volume, busy_timeout=busy_timeout) as vol, vol.translating():
         value = get_memory(vol.conn, require(key, "KEY"))
-    sys.stdout.write(value + ("\n" if sys.stdout.isatty() else ""))
+    sys.stdout.write(escape_control(value) + "\n" if sys.stdout.isatty() else value)
 
 
 @memories.command(name="remember", short_help="Save or update a memory (audited).")
@@ -174,7 +182,9 @@ def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
     Every record is validated before anything is written; then one transaction writes them,
     each key written with its remember audit event and each key pruned with its forget event.
     Unchanged values are neither written nor audited, so importing the same file twice is a
-    no-op. --dry-run prints ACTION<TAB>KEY for every key that would change.
+    no-op. Timestamps must be the volume's own (2026-11-30T05:27:20.123Z, updated_at not
+    before created_at). --dry-run prints ACTION<TAB>KEY for every key that would change (or,
+    when --on-conflict fail would refuse the import, conflict<TAB>KEY and exit 1 as it would).
 
     \b
     Example:
@@ -183,6 +193,7 @@ def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
     """
     from volumetool.errors import UnusableInput
     from volumetool.memories import apply_import, plan_import, stage_import
+    from volumetool.render import escape_control
     from volumetool.volume import Volume
 
     volume, file = shift_volume(volume, file)
@@ -201,7 +212,11 @@ def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
         if dry_run:
             with vol.snapshot() as conn:
                 plan = plan_import(
-                    conn, on_conflict, prune, lambda action, key: click.echo(f"{action}\t{key}")
+                    conn,
+                    on_conflict,
+                    prune,
+                    # a removed key comes from the volume, unchecked
+                    lambda action, key: click.echo(f"{action}\t{escape_control(key)}"),
                 )
         else:
             with vol.write() as conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
 
@@ -10,12 +11,30 @@ import click
 from volumetool.render import OutputFormat, render
 
 DEFAULT_LIMIT = 100
+# Out-of-range numbers are usage errors (exit 2), never an overflow deep in SQLite or datetime.
+MAX_LIMIT = 1_000_000_000  # rows a listing shows; 0 shows all
+MAX_SECONDS = 86_400.0  # a day: the longest wait for a lock that still makes sense
+
+
+class Seconds(click.FloatRange):
+    """A duration in seconds, 0 to MAX_SECONDS; `nan` and `inf` are usage errors."""
+
+    name = "seconds"
+
+    def __init__(self) -> None:
+        super().__init__(min=0, max=MAX_SECONDS)
+
+    def convert(self, value, param, ctx) -> float:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):  # nan passes every range comparison
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
 
 
 def busy_timeout_option(f: Callable) -> Callable:
     return click.option(
         "--busy-timeout",
-        type=click.FloatRange(min=0),
+        type=Seconds(),
         default=5.0,
         show_default=True,
         metavar="SECONDS",
@@ -26,7 +45,7 @@ def busy_timeout_option(f: Callable) -> Callable:
 def wait_option(f: Callable) -> Callable:
     return click.option(
         "--wait",
-        type=click.FloatRange(min=0),
+        type=Seconds(),
         default=0.0,
         metavar="SECONDS",
         help="Wait this long for another volumetool's volume lock (else exit 4).",
@@ -91,7 +110,7 @@ def output_options(f: Callable) -> Callable:
             click.option(
                 "-n",
                 "--limit",
-                type=click.IntRange(min=0),
+                type=click.IntRange(min=0, max=MAX_LIMIT),
                 default=DEFAULT_LIMIT,
                 show_default=True,
                 help="Show at most N rows; 0 shows all.",

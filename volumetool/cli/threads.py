@@ -9,7 +9,12 @@ from volumetool.cli.options import busy_timeout_option, require, shift_volume, v
 
 @click.group(short_help="/new and /reset.")
 def thread() -> None:
-    """End a conversation: /new archives it, /reset deletes its transcript."""
+    """End a conversation: /new archives it, /reset deletes its transcript.
+
+    \b
+    Example:
+      volumetool thread new ./vol 'discord:1234/5678'
+    """
 
 
 @thread.command()

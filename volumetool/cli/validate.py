@@ -77,7 +77,12 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, schema) -> None:
 
 @click.group()
 def config() -> None:
-    """Agent config files."""
+    """Agent config files.
+
+    \b
+    Example:
+      volumetool config show agent.yaml --json
+    """
 
 
 @config.command()
