@@ -872,3 +872,15 @@ def test_sessions_on_a_terminal_reads_relative_times_and_separated_figures(small
         on_terminal("sessions", small_volume, "--json")[1]
         == piped("sessions", small_volume, "--json").stdout
     )
+
+
+def test_the_readme_shows_a_screen_the_tour_really_prints(demo_volume, run_cli):
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    command = '$ volumetool transcript ./vol "$KEY" --full\n'
+    shown = readme.split(command, 1)[1].split("```", 1)[0]
+    tour_key = active_threads(demo_volume)[0][0]  # `sessions --tsv -n 1`, as the tour takes it
+    printed = run_cli(
+        "transcript", demo_volume, tour_key, "--full", "--format", "text", env={"COLUMNS": "80"}
+    ).stdout
+    assert len(shown.splitlines()) >= 20
+    assert printed.startswith(shown), "regenerate the README's screen from the demo"
