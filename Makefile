@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := .demo
 
-.PHONY: demo test lint format bench faults clean
+.PHONY: demo test lint format bench faults golden clean
 
 $(READY): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "volumetool needs Python 3.11 or newer")'
@@ -32,6 +32,11 @@ lint: $(READY)
 format: $(READY)
 	$(BIN)/ruff check --fix volumetool tests bench
 	$(BIN)/ruff format volumetool tests bench
+
+# Rewrite the golden files of the conversation view (tests/data/golden/); review the diff.
+golden: $(READY)
+	UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/test_conversation.py -q -k golden
+	-git diff --stat -- tests/data/golden
 
 # A full run rewrites RELIABILITY.md; TRIALS=N (fewer) only prints, or writes to REPORT=PATH.
 faults: $(READY)

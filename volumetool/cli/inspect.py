@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from datetime import UTC, datetime
 
 import click
+from click.core import ParameterSource
 
+from volumetool.cli import terminal
 from volumetool.cli.options import (
     busy_timeout_option,
     emit,
     listing_limit,
+    note_cut,
     output_options,
     parse_since,
     require,
@@ -115,6 +120,7 @@ def sessions(
 
     turns and messages count the live transcript (what replays on the next message);
     last_input_tokens is the figure of the thread's latest run that is not a compaction.
+    The table on a terminal shows times as `3 h ago` and figures as 52,310.
 
     \b
     Example:
@@ -144,6 +150,9 @@ def sessions(
             from volumetool.compaction.store import annotate_due
 
             rows, columns = annotate_due(conn, rows, settings), (*columns, "due")
+        if output == "table" and terminal.stdout_is_terminal():
+            now = datetime.now(UTC)
+            rows = (terminal.humane_session(row, now) for row in rows)
         emit(rows, columns, output, tablefmt, limit, "threads")
 
 
@@ -158,22 +167,103 @@ def sessions(
     help="A specific thread under KEY (an archived one, say).",
 )
 @click.option("--full", is_flag=True, help="Also show folded messages (folded_by is set).")
+@click.option(
+    "--format",
+    "view",
+    type=click.Choice(["text", "markdown"]),
+    help="The conversation (text, the default on a terminal) or Markdown, for a ticket.",
+)
+@click.option("--full-args", is_flag=True, help="Show tool-call arguments whole.")
+@click.option(
+    "--max-chars",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Cut each message after N characters (default: show all).",
+)
+@terminal.terminal_options
 @output_options
 @busy_timeout_option
-def transcript(volume, key, session_id, full, output, tablefmt, limit, busy_timeout) -> None:
+def transcript(
+    volume,
+    key,
+    session_id,
+    full,
+    view,
+    full_args,
+    max_chars,
+    color,
+    no_pager,
+    output,
+    tablefmt,
+    limit,
+    busy_timeout,
+) -> None:
     """The replayed transcript of the active thread under KEY: its summary, then the live
     messages in order.
 
+    On a terminal it reads as a conversation: a header per message, the text wrapped, tool
+    calls as `→ name(args)` with their results `←` under them, colour, and a pager for more
+    than a screen ($VOLUMETOOL_PAGER, else $PAGER, else less -FRX). Piped, it is the table,
+    as are --table/--json/--nl/--csv/--tsv/--fmt anywhere; --format text|markdown asks for the
+    conversation anywhere. The conversation shows the whole thread unless -n is given.
+
     \b
     Example:
+      volumetool transcript ./vol 'telegram:5531918843' --full
+      volumetool transcript ./vol 'telegram:5531918843' --format markdown > ticket.md
       volumetool transcript ./vol 'telegram:5531918843' --full --json
     """
     from volumetool import listings
 
     volume, key = shift_volume(volume, key)
+    view = _conversation_format(view, output, tablefmt)
     with _open(volume, busy_timeout) as vol, vol.snapshot() as conn:
         rows = listings.transcript(conn, require(key, "KEY"), session_id, full)
-        emit(rows, listings.TRANSCRIPT_FIELDS, output, tablefmt, limit, "messages")
+        if view is None:
+            emit(rows, listings.TRANSCRIPT_FIELDS, output, tablefmt, limit, "messages")
+            return
+        # Read everything first: the pager may stay open for long, the volume must not.
+        explicit_limit = _given("limit") and limit
+        rows = list(itertools.islice(rows, explicit_limit + 1 if explicit_limit else None))
+    if explicit_limit and len(rows) > explicit_limit:
+        del rows[explicit_limit:]
+        note_cut(explicit_limit, "messages")
+    _show_conversation(rows, view, key, color, no_pager, full_args, max_chars)
+
+
+def _given(parameter: str) -> bool:
+    source = click.get_current_context().get_parameter_source(parameter)
+    return source not in (None, ParameterSource.DEFAULT)
+
+
+def _conversation_format(view: str | None, output: str, tablefmt: str | None) -> str | None:
+    """text or markdown, or None for a listing format: --format when given; else text on a
+    terminal unless a listing format was asked for."""
+    listing_asked = tablefmt is not None or _given("output")
+    if view is not None and listing_asked:
+        raise click.UsageError(
+            "--format and --table/--json/--nl/--csv/--tsv/--fmt exclude each other"
+        )
+    if view is None and not listing_asked and terminal.stdout_is_terminal():
+        return "text"
+    return view
+
+
+def _show_conversation(rows, view, key, color, no_pager, full_args, max_chars) -> None:
+    from volumetool import conversation
+
+    tty = terminal.stdout_is_terminal()
+    options = conversation.ViewOptions(
+        width=terminal.screen_size().columns,
+        color=view == "text" and terminal.use_color(color, tty),
+        full_args=full_args,
+        max_chars=max_chars,
+    )
+    if view == "markdown":
+        text = conversation.markdown(rows, options, title=key)
+    else:
+        text = "".join(line + "\n" for line in conversation.text_lines(rows, options))
+    terminal.show(text, page=tty and not no_pager)
 
 
 @click.command()

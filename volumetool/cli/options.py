@@ -144,9 +144,13 @@ def emit(
 ) -> None:
     """Render a listing to stdout, with a note on stderr when the limit cut it."""
     fmt = output_format(output, tablefmt)
-    cut = render(rows, columns, fmt, sys.stdout, limit or None)
-    if cut:
-        click.echo(f"volumetool: showing the first {limit} {what}; -n 0 shows all", err=True)
+    if render(rows, columns, fmt, sys.stdout, limit or None):
+        note_cut(limit, what)
+
+
+def note_cut(limit: int, what: str) -> None:
+    """The note on stderr when -n cut a listing."""
+    click.echo(f"volumetool: showing the first {limit} {what}; -n 0 shows all", err=True)
 
 
 def listing_limit(limit: int) -> int | None:
