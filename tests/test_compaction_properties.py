@@ -85,7 +85,7 @@ def threads(draw, turns: st.SearchStrategy[int] | None = None) -> list[Spec]:
         messages.append(call(call_id and [call_id]))
         pending.append((call_id, draw(st.sampled_from([3, 5, 0, 1]))))
         event("a tool call in the prefix")
-    for _ in range(draw(turns or st.sampled_from([5, 4, 3, 6, 8]))):
+    for _ in range(draw(turns if turns is not None else st.sampled_from([5, 4, 3, 6, 8]))):
         messages.append(Spec("user", text("user")))
         arrived = [(c, w) for c, w in pending if w <= 0]
         pending = [(c, w - 1) for c, w in pending if w > 0]

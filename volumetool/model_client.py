@@ -26,6 +26,7 @@ import httpx
 
 from volumetool import __version__
 from volumetool.render import one_line
+from volumetool.settings import API_DEFAULTS
 from volumetool.usage import Usage
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -70,8 +71,7 @@ class Endpoint:
 
     @property
     def url(self) -> str:
-        base = self.base_url.rstrip("/")
-        return f"{base}/v1/messages" if self.api == "anthropic" else f"{base}/chat/completions"
+        return self.base_url.rstrip("/") + API_DEFAULTS[self.api].path
 
     @property
     def where(self) -> str:

@@ -160,12 +160,9 @@ def resolve_endpoint(request: Request, need_key: bool) -> tuple[str | None, Endp
     key_env = request.api_key_env or (settings.api_key_env if same_api else API_DEFAULTS[api][1])
     base_url = base_url or API_DEFAULTS[api][0]
     problem = base_url_problem(base_url, api)
-    if problem:
-        shown = base_url.split("?", 1)[0].split("#", 1)[0]  # a query may hold a secret
-        raise UnusableInput(
-            f"base_url {escape_control(shown)!r} cannot work: {problem}",
-            "fix model.base_url in the config or --base-url",
-        )
+    if problem:  # the message never repeats the URL: it may carry a password or a key
+        where = "--base-url" if request.base_url else "model.base_url"
+        raise UnusableInput(f"{problem}; it cannot work", f"fix {where}")
     if not need_key:
         return model, None
     if not model:
