@@ -59,6 +59,19 @@ CREATE TABLE audit (
   actor TEXT NOT NULL DEFAULT 'agent' CHECK (actor IN ('agent', 'volumetool'))
 );
 
+-- What each successful compaction run wrote (SPEC section 10): its summary (NULL: unknown, for
+-- runs older than this table or written by the agent itself), the tokens it saved, how much of
+-- the fold's hard facts it kept, and when it was undone (its messages are live again).
+CREATE TABLE compactions (
+  run_id INTEGER PRIMARY KEY REFERENCES runs (id),
+  session_id INTEGER NOT NULL REFERENCES sessions (id),
+  summary TEXT,
+  saved_tokens INTEGER,
+  retention REAL,
+  missing_facts TEXT,
+  undone_at TEXT
+);
+
 -- Persistent memory: key -> fact.
 CREATE TABLE memories (key TEXT PRIMARY KEY, value TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
 
@@ -72,3 +85,4 @@ CREATE INDEX runs_by_started ON runs (started_at);
 CREATE INDEX audit_by_event ON audit (event, id);
 CREATE INDEX audit_by_ts ON audit (ts);
 CREATE INDEX audit_by_session ON audit (session_id);
+CREATE INDEX compactions_by_session ON compactions (session_id, run_id);

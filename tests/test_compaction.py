@@ -123,10 +123,14 @@ def test_compacts_the_due_thread_only(run_cli, volume, server):
             volume["path"], "SELECT DISTINCT folded_by FROM messages WHERE folded_by IS NOT NULL"
         )
     } == {outcome["run_id"]}
-    # other threads, and every other table, are untouched
+    # other threads, and every other table, are untouched; one audit event says what happened
     dump = table_dump(volume["path"])
-    for table in ("identity", "memories", "audit"):
+    for table in ("identity", "memories"):
         assert dump[table] == before[table]
+    [event] = dump["audit"][len(before["audit"]) :]
+    assert (event[2], event[5], event[6]) == ("compaction", outcome["run_id"], "volumetool")
+    assert json.loads(event[3])["action"] == "compacted"
+    assert json.loads(event[3])["saved_tokens"] == outcome["saved_tokens"]
     other = [r for r in before["sessions"] if r[0] != volume["due"]]
     assert [r for r in dump["sessions"] if r[0] != volume["due"]] == other
     # what the model saw: system prompt, the folded turns rendered, no tools

@@ -630,7 +630,9 @@ def test_the_conversation_shows_the_whole_thread_unless_n_is_given(demo_volume, 
     )
     assert f"#{rows[-1]['id']}" in whole.stdout
     cut = run_cli("transcript", demo_volume, key, "--full", "--format", "text", "-n", "3")
-    assert len(headers(cut.stdout.splitlines())) == 3
+    # three rows: a tool result shows under its call, without a header of its own
+    shown = [r for r in rows[:3] if not (r["role"] == "tool" and r["tool_call_id"])]
+    assert len(headers(cut.stdout.splitlines())) == len(shown)
     assert "showing the first 3 messages; -n 0 shows all" in cut.stderr
 
 
@@ -854,7 +856,8 @@ def test_without_a_terminal_there_is_neither_pager_nor_colour(demo_volume, pager
     text = piped(
         "transcript", demo_volume, key, "--full", "--format", "text", VOLUMETOOL_PAGER=str(pager)
     )
-    assert text.stdout.startswith("══ summary\n") and len(text.stdout.splitlines()) > 24
+    # the history starts with the first folded stretch (or the summary, with nothing folded)
+    assert text.stdout.startswith(("══ summary\n", "┊ ── ")) and len(text.stdout.splitlines()) > 24
     assert ESC not in default.stdout + text.stdout
     assert not Path(f"{pager}.ran").exists()
 

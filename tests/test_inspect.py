@@ -85,7 +85,7 @@ def test_status_json_counts_match_what_was_written(volume, run_cli):
         "by_event": {"compaction": 1, "memory": 2, "permission": 1, "thread": 1},
     }
     assert totals["schema"]["pending"] == [] and totals["schema"]["newer"] == []
-    assert totals["schema"]["version"] == "m005_listing_indexes"
+    assert totals["schema"]["version"] == "m006_compaction_history"
     assert totals["file_bytes"] == volume["path"].stat().st_size
     assert totals["last_activity"].startswith("2026-11-01T")
     assert set(totals) == {

@@ -485,6 +485,8 @@ class _Conversation:
         ]
         batch.append(("run", run))
         batch.append(("fold", run, folded))
+        saved = folded_tokens - len(summary) // 4
+        batch.append(("compaction", run, session, summary, saved))
         session[4] = summary
         summary_weight = len(summary) // 4 + 8
         # What the model sees next: the prefix, the summary, then the two kept turns.
@@ -579,6 +581,7 @@ class _Writer:
         self.runs: list[tuple] = []
         self.audit: list[tuple] = []
         self.folds: list[tuple[int, int]] = []
+        self.compactions: list[tuple] = []
         self.sessions: list[tuple] = []
         self.memories: list[tuple] = []
         self.last_archived: dict[str, int] = {}
@@ -622,6 +625,9 @@ class _Writer:
             elif kind == "fold":
                 run_id = record[1][0]
                 self.folds.extend((run_id, message[0]) for message in record[2])
+            elif kind == "compaction":
+                _, run, session, summary, saved = record
+                self.compactions.append((run[0], session[0], summary, saved))
             elif kind == "memory":
                 c.memories += 1
                 self.memories.append(record[1:])
@@ -636,6 +642,11 @@ class _Writer:
         conn.executemany("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self.sessions)
         conn.executemany("INSERT INTO memories VALUES (?, ?, ?, ?)", self.memories)
         conn.executemany("UPDATE messages SET folded_by = ? WHERE id = ?", self.folds)
+        conn.executemany(
+            "INSERT INTO compactions (run_id, session_id, summary, saved_tokens)"
+            " VALUES (?, ?, ?, ?)",
+            self.compactions,
+        )
         for rows in (
             self.messages,
             self.runs,
@@ -643,6 +654,7 @@ class _Writer:
             self.sessions,
             self.memories,
             self.folds,
+            self.compactions,
         ):
             rows.clear()
 

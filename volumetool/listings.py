@@ -215,24 +215,69 @@ def find_thread(conn: sqlite3.Connection, key: str, session_id: int | None = Non
     return {"id": row[0], "status": row[1], "summary": row[2]}
 
 
+def _summary_row(text: str | None, created_at: str | None, replaced_by: int | None) -> dict:
+    return dict.fromkeys(TRANSCRIPT_FIELDS) | {
+        "role": "summary",
+        "content": text,
+        "created_at": created_at,
+        "folded_by": replaced_by,
+    }
+
+
+def summary_history(conn: sqlite3.Connection, thread: dict) -> list[tuple[int, dict]]:
+    """(after message id, summary row) for each standing compaction of the thread, oldest
+    first: the summary it wrote (None when unknown: written before volumetool kept them, or by
+    the agent), placed after the last message it folded, and replaced by the next one."""
+    standing = conn.execute(
+        "SELECT r.id, r.finished_at, c.summary,"
+        " (SELECT max(m.id) FROM messages m WHERE m.folded_by = r.id)"
+        " FROM runs r LEFT JOIN compactions c ON c.run_id = r.id"
+        " WHERE r.session_id = ? AND r.trigger = 'compaction' AND r.status = 'ok'"
+        " AND c.undone_at IS NULL ORDER BY r.id",
+        (thread["id"],),
+    ).fetchall()
+    history = []
+    after = 0
+    for n, (_, finished, text, last_folded) in enumerate(standing):
+        latest = n == len(standing) - 1
+        replaced_by = None if latest else standing[n + 1][0]
+        if latest:
+            text = thread["summary"]  # what replays now, whoever wrote it
+        after = last_folded or after
+        history.append((after, _summary_row(text, finished, replaced_by)))
+    return history
+
+
 def transcript(
     conn: sqlite3.Connection, key: str, session_id: int | None = None, full: bool = False
 ) -> Iterator[dict]:
     """The replayed transcript: the summary (a row with role `summary`), then the live
-    messages in id order. `full` also yields the folded messages, which carry `folded_by`."""
+    messages in id order. `full` is the thread's whole history in order: each stretch of
+    folded messages (they carry `folded_by`) followed by the summary that replaced it, whose
+    own `folded_by` names the compaction that replaced it in turn; the last, current summary
+    comes just before the live messages it precedes in the replay."""
     thread = find_thread(conn, key, session_id)
-    if thread["summary"] is not None:
-        yield dict.fromkeys(TRANSCRIPT_FIELDS) | {"role": "summary", "content": thread["summary"]}
+    history = summary_history(conn, thread) if full else []
+    if not history and thread["summary"] is not None:
+        yield _summary_row(thread["summary"], None, None)
     live_only = "" if full else "AND folded_by IS NULL"
     cursor = conn.execute(
         f"SELECT {', '.join(TRANSCRIPT_FIELDS)} FROM messages"
         f" WHERE session_id = ? {live_only} ORDER BY id",
         (thread["id"],),
     )
+    pending = iter(history)
+    upcoming = next(pending, None)
     for row in cursor:
+        while upcoming is not None and upcoming[0] < row[0]:
+            yield upcoming[1]
+            upcoming = next(pending, None)
         record = dict(zip(TRANSCRIPT_FIELDS, row, strict=True))
         record["tool_calls"] = _json_value(record["tool_calls"])
         yield record
+    while upcoming is not None:
+        yield upcoming[1]
+        upcoming = next(pending, None)
 
 
 # Runs and audit events belong to a thread through session_id; t is the listed table.

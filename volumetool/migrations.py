@@ -292,3 +292,34 @@ def m005_listing_indexes(db) -> None:
         "CREATE INDEX audit_by_session ON audit (session_id)",
     ):
         db.conn.execute(statement)
+
+
+@migrations()
+def m006_compaction_history(db) -> None:
+    """Keep what each successful compaction run wrote, so a thread's history can be read in
+    order and a compaction undone (SPEC section 10). Files from before this kept only the
+    current summary: it goes to each thread's latest successful compaction run; the earlier
+    runs' summaries were never stored and stay NULL (unknown). Nothing is removed or changed."""
+    conn = db.conn
+    conn.execute(
+        """CREATE TABLE compactions (
+  run_id INTEGER PRIMARY KEY REFERENCES runs (id),
+  session_id INTEGER NOT NULL REFERENCES sessions (id),
+  summary TEXT,
+  saved_tokens INTEGER,
+  retention REAL,
+  missing_facts TEXT,
+  undone_at TEXT
+)"""
+    )
+    conn.execute("CREATE INDEX compactions_by_session ON compactions (session_id, run_id)")
+    conn.execute(
+        """INSERT INTO compactions (run_id, session_id, summary)
+SELECT r.id, r.session_id,
+  CASE WHEN r.id = (SELECT max(l.id) FROM runs l WHERE l.session_id = r.session_id
+                    AND l.trigger = 'compaction' AND l.status = 'ok')
+       THEN s.summary END
+FROM runs r JOIN sessions s ON s.id = r.session_id
+WHERE r.trigger = 'compaction' AND r.status = 'ok'
+ORDER BY r.id"""
+    )

@@ -34,6 +34,7 @@ from volumetool.compaction.prompt import DEFAULT_PROMPT, MIN_PART_TOKENS, system
 from volumetool.compaction.store import (
     RunTimes,
     Thread,
+    Written,
     active_threads,
     commit_summary,
     conflict_reason,
@@ -334,8 +335,9 @@ def write_ending(job: Job, ending: Ending) -> Outcome:
                 job, model, "conflict", run_id=run_id, error=reason, exit_code=1, **_tokens(usage)
             )
         text = ending.summary.text
-        run_id = commit_summary(conn, thread, fold, text, model, usage, ending.times)
         saved = estimate_tokens(thread.summary, fold) - estimate_text_tokens(text)
+        written = Written(text, saved)
+        run_id = commit_summary(conn, thread, fold, written, model, usage, ending.times)
         return _planned(
             job, model, "compacted", run_id=run_id, saved_tokens=saved, **_tokens(usage)
         )

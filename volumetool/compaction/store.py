@@ -46,14 +46,21 @@ def _moment(text: str | None) -> datetime | None:
     return moment if moment.tzinfo is not None else None
 
 
+# A compaction that stands: successful and not undone (an undone one folded nothing it kept).
+STANDING_COMPACTION = (
+    "trigger = 'compaction' AND status = 'ok' AND NOT EXISTS (SELECT 1 FROM compactions c"
+    " WHERE c.run_id = runs.id AND c.undone_at IS NOT NULL)"
+)
+
+
 def thread_facts(conn: sqlite3.Connection, session_id: int) -> ThreadFacts:
-    """The latest successful compaction, the latest successful agent run (check_due needs no
-    others), the live turns, and the failed compactions since the last successful one."""
+    """The latest standing compaction, the latest successful agent run (check_due needs no
+    others), the live turns, and the failed compactions since the last standing one."""
     runs = []
-    for condition in ("trigger = 'compaction'", "trigger != 'compaction'"):
+    for condition in (STANDING_COMPACTION, "trigger != 'compaction' AND status = 'ok'"):
         row = conn.execute(
             "SELECT id, trigger, status, last_input_tokens FROM runs"
-            f" WHERE session_id = ? AND status = 'ok' AND {condition} ORDER BY id DESC LIMIT 1",
+            f" WHERE session_id = ? AND {condition} ORDER BY id DESC LIMIT 1",
             (session_id,),
         ).fetchone()
         if row:
@@ -203,23 +210,55 @@ def insert_run(
     ).lastrowid
 
 
+@dataclass(frozen=True)
+class Written:
+    """A summary as it is committed, with what the compaction is worth."""
+
+    text: str
+    saved_tokens: int
+    retention: float | None = None
+    missing_facts: tuple[str, ...] = ()
+
+
 def commit_summary(
     conn: sqlite3.Connection,
     thread: Thread,
     fold: tuple[Message, ...],
-    summary: str,
+    summary: Written,
     model: str,
     usage: Usage,
     times: RunTimes,
 ) -> int:
-    """The success transaction's writes: the compaction run, folded_by, the new summary.
-    Returns the run id. The caller holds the write lock and has checked conflict_reason."""
+    """The success transaction's writes: the compaction run, folded_by, the new summary, the
+    summary kept in the thread's history, and its audit event. Returns the run id. The caller
+    holds the write lock and has checked conflict_reason."""
     run_id = insert_run(conn, thread.session_id, model, usage, times)
     conn.execute(
         "UPDATE messages SET folded_by = ? WHERE id IN (SELECT value FROM json_each(?))",
         (run_id, _ids(fold)),
     )
-    conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, thread.session_id))
+    conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary.text, thread.session_id))
+    missing = json.dumps(list(summary.missing_facts), ensure_ascii=False)
+    conn.execute(
+        "INSERT INTO compactions (run_id, session_id, summary, saved_tokens, retention,"
+        " missing_facts) VALUES (?, ?, ?, ?, ?, ?)",
+        (run_id, thread.session_id, summary.text, summary.saved_tokens, summary.retention, missing),
+    )
+    audit.record(
+        conn,
+        "compaction",
+        {
+            "action": "compacted",
+            "model": model,
+            "folded_messages": len(fold),
+            "saved_tokens": summary.saved_tokens,
+            "retention": summary.retention,
+            "missing_facts": list(summary.missing_facts),
+        },
+        session_id=thread.session_id,
+        run_id=run_id,
+        ts=times.finished_at,
+    )
     return run_id
 
 

@@ -1,0 +1,236 @@
+"""thread undo: a compaction reversed, against real files and the real test server (SPEC 10)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from tests.model_server import ModelServer
+from tests.volumes import VolumeWriter, due_thread, table_dump
+from volumetool.compaction.run import Request, compact
+from volumetool.compaction.store import thread_due
+from volumetool.compaction.undo import undo
+from volumetool.errors import ProblemsFound
+from volumetool.model_client import RetryPolicy
+from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
+
+KEY = "sk-undo-0123456789abcdefghijklmnop"
+ON = MemorySettings("thread", True, 50_000)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ModelServer() as s:
+        yield s
+
+
+@pytest.fixture(scope="module", autouse=True)
+def key():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("UNDO_KEY", KEY)
+        yield
+
+
+def request(server, **values) -> Request:
+    return Request(
+        config=AgentConfig(
+            ON, ModelSettings(name="m", small="s", base_url=server.url, api_key_env="UNDO_KEY")
+        ),
+        retry=RetryPolicy(attempts=1),
+        min_fold_tokens=0,
+        **values,
+    )
+
+
+def state(path: Path, session: int) -> tuple:
+    """What undo must restore: every message row, the summary, and the due state."""
+    conn = sqlite3.connect(path)
+    try:
+        messages = conn.execute("SELECT * FROM messages ORDER BY id").fetchall()
+        summary = conn.execute("SELECT summary FROM sessions WHERE id = ?", (session,)).fetchone()
+        due = thread_due(conn, session, ON)
+        return messages, summary, due
+    finally:
+        conn.close()
+
+
+def undo_in(path: Path, key: str):
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            plan = undo(conn, key)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return plan
+    finally:
+        conn.close()
+
+
+def agent_turn(path: Path, session: int, n: int, tokens: int = 60_000) -> None:
+    w = VolumeWriter(path)
+    w.clock = w.clock.replace(day=20)
+    w.message(session, "user", f"Next question {n}: what about deploy/values.yaml? " * 3)
+    w.message(session, "assistant", f"Next answer {n}: the pool size is unchanged. " * 3)
+    w.run(session, input_tokens=tokens, last_input_tokens=tokens)
+    w.close()
+
+
+def test_undo_restores_messages_summary_and_due_state(server, tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = due_thread(w, "k", turns=6)
+    w.close()
+    before = state(w.path, session)
+    assert before[2].due
+    [outcome], _ = compact([str(w.path)], request(server))
+    assert outcome.status == "compacted"
+    assert state(w.path, session) != before
+    audit_before = len(table_dump(w.path)["audit"])
+    plan = undo_in(w.path, "k")
+    assert (plan.run_id, plan.messages, plan.restored_summary) == (
+        outcome.run_id,
+        outcome.folded_messages,
+        None,
+    )
+    assert state(w.path, session) == before
+    dump = table_dump(w.path)
+    [event_row] = dump["audit"][audit_before:]
+    detail = json.loads(event_row[3])
+    assert (event_row[2], detail["action"], event_row[6]) == ("compaction", "undo", "volumetool")
+    assert detail["undone_run_id"] == outcome.run_id and detail["messages"] == plan.messages
+    # the run stays: its cost was real
+    assert any(r[0] == outcome.run_id and r[4] == "ok" for r in dump["runs"])
+    # and it is due again, so the next pass compacts it again
+    [again], _ = compact([str(w.path)], request(server))
+    assert again.status == "compacted"
+
+
+def test_undo_goes_back_one_compaction_at_a_time(server, tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = due_thread(w, "k", turns=6)
+    w.close()
+    states = [state(w.path, session)]
+    for n in range(3):
+        server.answer = lambda body, n=n: f"Summary number {n}: deploy/values.yaml, PR #204."
+        [outcome], _ = compact([str(w.path)], request(server))
+        assert outcome.status == "compacted", outcome
+        agent_turn(w.path, session, n)
+        states.append(state(w.path, session))
+    server.answer = None
+    # each undo reverses the latest standing compaction; messages the agent added since stay
+    for n in range(3, 0, -1):
+        undo_in(w.path, "k")
+        messages, summary, _ = state(w.path, session)
+        expected_summary = (
+            f"Summary number {n - 2}: deploy/values.yaml, PR #204." if n > 1 else None
+        )
+        assert summary == (expected_summary,)
+        later = [m for m in messages if m[0] not in {r[0] for r in states[n - 1][0]}]
+        assert all(m[7] is None for m in later)  # appended since: live, where they were
+    assert [m[:7] for m in state(w.path, session)[0]] == [m[:7] for m in states[-1][0]]
+    assert all(m[7] is None for m in state(w.path, session)[0])
+    with pytest.raises(ProblemsFound, match="no compaction to undo"):
+        undo_in(w.path, "k")
+
+
+def test_an_agent_compaction_before_volumetool_kept_summaries_cannot_be_undone_past(tmp_path):
+    """The agent's own compaction left no summary behind; undoing the one after it would need
+    it, so it is refused and nothing changes."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = w.thread("k", summary="second summary")
+    first = w.run(session, trigger="compaction")
+    second = w.run(session, trigger="compaction")
+    for n in range(3):
+        w.message(session, "user", f"q{n}", folded_by=first if n == 0 else second)
+    w.close()
+    before = table_dump(w.path)
+    with pytest.raises(ProblemsFound, match="unknown"):
+        undo_in(w.path, "k")
+    assert table_dump(w.path) == before
+
+
+def test_undo_of_the_agents_only_compaction_restores_no_summary(tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = w.thread("k", summary="the agent's summary")
+    run = w.run(session, trigger="compaction")
+    w.message(session, "user", "folded", folded_by=run)
+    w.message(session, "user", "live")
+    w.close()
+    undo_in(w.path, "k")
+    messages, summary, _ = state(w.path, session)
+    assert summary == (None,) and all(m[7] is None for m in messages)
+    conn = sqlite3.connect(w.path)
+    assert conn.execute("SELECT summary, undone_at IS NOT NULL FROM compactions").fetchall() == [
+        ("the agent's summary", 1)
+    ]
+
+
+def test_a_summary_changed_since_the_compaction_is_not_undone(server, tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = due_thread(w, "k", turns=6)
+    w.close()
+    compact([str(w.path)], request(server))
+    conn = sqlite3.connect(w.path)
+    conn.execute("UPDATE sessions SET summary = 'the agent rewrote it' WHERE id = ?", (session,))
+    conn.commit()
+    conn.close()
+    before = table_dump(w.path)
+    with pytest.raises(ProblemsFound, match="changed after compaction run"):
+        undo_in(w.path, "k")
+    assert table_dump(w.path) == before
+
+
+def test_no_active_thread_or_no_compaction_is_exit_1(tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    w.thread("k")
+    w.close()
+    for key, message in (("absent", "no active thread"), ("k", "no compaction to undo")):
+        with pytest.raises(ProblemsFound, match=message) as caught:
+            undo_in(w.path, key)
+        assert caught.value.exit_code == 1
+
+
+@settings(max_examples=25)
+@given(
+    turns=st.lists(st.integers(4, 9), min_size=1, max_size=3),
+    appended=st.integers(0, 3),
+)
+def test_compact_then_undo_restores_every_thread_exactly(server, turns, appended):
+    """For any chain of compactions (with the agent writing between them), undoing every one
+    restores the messages, the summary and the due state the thread had before each."""
+    with tempfile.TemporaryDirectory() as directory:
+        w = VolumeWriter(Path(directory) / "agent.db")
+        session = due_thread(w, "k", turns=turns[0])
+        w.close()
+        history = []
+        for n, count in enumerate(turns):
+            history.append(state(w.path, session))
+            server.answer = lambda body, n=n: f"Summary {n}: PR #204, deploy/values.yaml."
+            [outcome], _ = compact([str(w.path)], request(server))
+            if outcome.status != "compacted":
+                event("not compacted: " + outcome.status)
+                history.pop()
+                break
+            for extra in range(count if n + 1 < len(turns) else appended):
+                agent_turn(w.path, session, extra)
+        event(f"{len(history)} compaction(s) undone")
+        appended_since = set()
+        for previous in reversed(history):
+            undo_in(w.path, "k")
+            messages, summary, due = state(w.path, session)
+            known = {m[0] for m in previous[0]}
+            assert [m for m in messages if m[0] in known] == previous[0]
+            appended_since |= {m[0] for m in messages if m[0] not in known}
+            assert all(m[7] is None for m in messages if m[0] not in known)
+            assert summary == previous[1]
+            if not appended_since:
+                assert due == previous[2]
+        server.answer = None

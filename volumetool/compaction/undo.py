@@ -1,0 +1,96 @@
+"""`thread undo`: reverse the latest standing compaction of a thread (SPEC section 10).
+
+The messages it folded become live again — they never left the file, and their ids keep them
+in their place among the messages the agent appended since — and the summary the thread had
+before it comes back. The run stays (its cost was real); the compaction is marked undone, so
+it no longer counts for the trigger and the thread is as due as it was before it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from volumetool import audit
+from volumetool.errors import ProblemsFound
+from volumetool.threads import active_thread
+from volumetool.timefmt import now_iso
+
+# The thread's standing compactions, newest first: (run id, summary kept, whether kept at all).
+_STANDING = """
+SELECT r.id, c.summary, c.run_id IS NOT NULL FROM runs r
+LEFT JOIN compactions c ON c.run_id = r.id
+WHERE r.session_id = ? AND r.trigger = 'compaction' AND r.status = 'ok'
+  AND c.undone_at IS NULL
+ORDER BY r.id DESC LIMIT 2"""
+
+
+@dataclass(frozen=True)
+class UndoPlan:
+    session_id: int
+    run_id: int  # the compaction to reverse
+    messages: int  # the messages it folded, live again after the undo
+    restored_run_id: int | None  # the compaction whose summary comes back (None: no summary)
+    restored_summary: str | None
+
+
+def plan_undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
+    """What `thread undo KEY` would do; ProblemsFound (exit 1) when it cannot."""
+    session_id, _ = active_thread(conn, key)
+    standing = conn.execute(_STANDING, (session_id,)).fetchall()
+    if not standing:
+        raise ProblemsFound(f"thread {session_id} ({key!r}) has no compaction to undo")
+    (run_id, wrote, kept), previous = standing[0], standing[1] if len(standing) > 1 else None
+    current = conn.execute("SELECT summary FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if kept and wrote is not None and current[0] != wrote:
+        raise ProblemsFound(
+            f"the summary of thread {session_id} changed after compaction run {run_id}; "
+            "undoing it would lose that change",
+        )
+    restored: str | None = None
+    if previous is not None:
+        restored = previous[1]
+        if restored is None:
+            raise ProblemsFound(
+                f"the summary before compaction run {run_id} is unknown (run {previous[0]} "
+                "was written before volumetool kept summaries, or by the agent itself)",
+                "nothing was changed",
+            )
+    folded = conn.execute(
+        "SELECT count(*) FROM messages WHERE folded_by = ?", (run_id,)
+    ).fetchone()[0]
+    return UndoPlan(session_id, run_id, folded, previous[0] if previous else None, restored)
+
+
+def undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
+    """Reverse the latest standing compaction of the active thread under `key`, with its
+    audit event. Call inside one write transaction (BEGIN IMMEDIATE): the plan is made again
+    under the lock, so whatever the agent did meanwhile is seen."""
+    plan = plan_undo(conn, key)
+    ts = now_iso()
+    # A compaction the agent made itself has no row yet: its summary is the current one.
+    conn.execute(
+        "INSERT INTO compactions (run_id, session_id, summary, undone_at)"
+        " SELECT ?, ?, summary, ? FROM sessions WHERE id = ?"
+        " ON CONFLICT (run_id) DO UPDATE SET undone_at = excluded.undone_at",
+        (plan.run_id, plan.session_id, ts, plan.session_id),
+    )
+    conn.execute("UPDATE messages SET folded_by = NULL WHERE folded_by = ?", (plan.run_id,))
+    conn.execute(
+        "UPDATE sessions SET summary = ? WHERE id = ?", (plan.restored_summary, plan.session_id)
+    )
+    audit.record(
+        conn,
+        "compaction",
+        {
+            "action": "undo",
+            "key": key,
+            "undone_run_id": plan.run_id,
+            "restored_run_id": plan.restored_run_id,
+            "messages": plan.messages,
+        },
+        session_id=plan.session_id,
+        run_id=plan.run_id,
+        ts=ts,
+    )
+    return plan
