@@ -234,3 +234,18 @@ def test_compact_then_undo_restores_every_thread_exactly(server, turns, appended
             if not appended_since:
                 assert due == previous[2]
         server.answer = None
+
+
+def test_savings_are_totalled_in_status_and_leave_it_when_undone(server, tmp_path, run_cli):
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "a", turns=6)
+    due_thread(w, "b", turns=7)
+    w.close()
+    outcomes, _ = compact([str(w.path)], request(server))
+    saved = [o.saved_tokens for o in outcomes]
+    assert all(s > 0 for s in saved)
+    totals = json.loads(run_cli("status", w.path, "--json").stdout)
+    assert totals["tokens"]["compaction_saved"] == sum(saved)
+    undo_in(w.path, "a")
+    totals = json.loads(run_cli("status", w.path, "--json").stdout)
+    assert totals["tokens"]["compaction_saved"] == saved[1]

@@ -110,6 +110,7 @@ def status(volume: Volume) -> dict:
             " sum(CASE WHEN trigger = 'compaction' THEN input_tokens END),"
             " sum(CASE WHEN trigger = 'compaction' THEN output_tokens END) FROM runs"
         ).fetchone()
+        saved = scalar("SELECT sum(saved_tokens) FROM compactions WHERE undone_at IS NULL")
         by_event = dict(
             conn.execute("SELECT event, count(*) FROM audit GROUP BY event ORDER BY event")
         )
@@ -139,6 +140,7 @@ def status(volume: Volume) -> dict:
             "output": tokens[1] or 0,
             "compaction_input": tokens[2] or 0,
             "compaction_output": tokens[3] or 0,
+            "compaction_saved": saved or 0,
         },
         "memories": memories,
         "audit": {"total": sum(by_event.values()), "by_event": by_event},
@@ -174,7 +176,9 @@ def sessions(
   (SELECT r.last_input_tokens FROM runs r
      WHERE r.session_id = s.id AND r.trigger != 'compaction' ORDER BY r.id DESC LIMIT 1),
   (SELECT count(*) FROM runs r
-     WHERE r.session_id = s.id AND r.trigger = 'compaction' AND r.status = 'ok'),
+     WHERE r.session_id = s.id AND r.trigger = 'compaction' AND r.status = 'ok'
+       AND NOT EXISTS (SELECT 1 FROM compactions c
+                       WHERE c.run_id = r.id AND c.undone_at IS NOT NULL)),
   s.created_at, s.updated_at
 FROM sessions s {where.sql()}
 ORDER BY s.updated_at DESC, s.id DESC LIMIT ?""",

@@ -76,7 +76,7 @@ def status(volume: str | None, as_json: bool, busy_timeout: float) -> None:
             "tokens",
             f"input {tokens['input']:,}, output {tokens['output']:,} "
             f"(compaction: input {tokens['compaction_input']:,}, "
-            f"output {tokens['compaction_output']:,})",
+            f"output {tokens['compaction_output']:,}, ~{tokens['compaction_saved']:,} saved)",
         ),
         ("memories", f"{totals['memories']:,}"),
         ("audit", f"{totals['audit']['total']:,}: " + counts(totals["audit"]["by_event"])),
