@@ -13,7 +13,21 @@ from volumetool.cli import cli
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+# `make mutants` runs the compaction tests once per mutant: fewer, fixed examples.
+settings.register_profile(
+    "mutants",
+    parent=settings.get_profile("default"),
+    max_examples=12,
+    derandomize=True,
+    database=None,
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+MUTANTS = os.environ.get("HYPOTHESIS_PROFILE") == "mutants"
+
+
+def examples(n: int) -> int:
+    """A property test's example count: `n`, or a dozen when mutation testing runs it."""
+    return min(n, 12) if MUTANTS else n
 
 
 class Result:

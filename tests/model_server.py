@@ -301,6 +301,7 @@ class ModelServer:
         self.retry_after = "0.05"
         self.omit_usage = False
         self.context_limit: int | None = None  # characters of conversation a request may hold
+        self.fail_every: tuple[int, str] | None = None  # (n, fault): every nth request fails
         self.answer: Callable[[dict], str] | None = None  # the summary, from the request
         self.requests: list[dict] = []
         self.on_request: Callable[[dict], None] | None = None
@@ -359,6 +360,8 @@ class ModelServer:
         anthropic = url.path.endswith("/v1/messages")
         with self._lock:
             fault = self._queue.popleft() if self._queue else self.fault
+            if self.fail_every and len(self.requests) % self.fail_every[0] == 0:
+                fault = self.fail_every[1]
             if (
                 fault is None
                 and self.context_limit is not None

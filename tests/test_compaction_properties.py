@@ -19,6 +19,7 @@ import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tests.model_server import ACCEPTED, CONTROL_SUMMARY, ModelServer
 from tests.oracle import expected_fold, replaced_size, turns_of
 from tests.volumes import VolumeWriter, table_dump
@@ -184,7 +185,7 @@ def live_of(path: Path, session: int) -> list[tuple]:
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 @pytest.mark.parametrize("kind", ["none", "append", "append_result", "new", "reset", "summary"])
-@settings(max_examples=15)
+@settings(max_examples=examples(15))
 @given(
     specs=threads(),
     more=st.lists(threads(st.sampled_from([1, 2, 3])), max_size=2),
@@ -209,7 +210,7 @@ def test_compaction_obeys_the_spec(server, api, kind, specs, more, figure, summa
             event(f"compacted on pass {n + 1}")
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(
     specs=threads(st.integers(0, 6)),
     figure=st.sampled_from([THRESHOLD - 1, None, 0, THRESHOLD, 10**6]),

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tests.model_server import ModelServer
 from tests.volumes import VolumeWriter, due_thread, table_dump
 from volumetool.compaction.run import Request, compact
@@ -198,7 +199,7 @@ def test_no_active_thread_or_no_compaction_is_exit_1(tmp_path):
         assert caught.value.exit_code == 1
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(
     turns=st.lists(st.integers(4, 9), min_size=1, max_size=3),
     appended=st.integers(0, 3),
