@@ -384,7 +384,8 @@ def test_check_finds_each_planted_problem(clean, run_cli, check, table, sql):
     conn.close()
     result = run_cli("check", clean, "--json")
     assert result.exit_code == 1
-    found = json.loads(result.stdout)
+    # (a duplicate needs the unique index dropped: check names that too)
+    found = [p for p in json.loads(result.stdout) if p["check"] != "missing-schema-object"]
     assert [(p["check"], p["table"]) for p in found] == [(check, table)]
     assert found[0]["ids"]
     text = run_cli("check", clean).stdout

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+from volumetool.errors import Damaged
 from volumetool.timefmt import SQL_IS_TIMESTAMP, TIMESTAMP_FORM
-from volumetool.volume import Volume
+from volumetool.volume import (
+    DEFAULT_BUSY_TIMEOUT,
+    Volume,
+    require_current,
+    resolve,
+    schema_differences,
+)
 
 MAX_IDS = 20  # ids named in one line; the count is always exact
 
@@ -96,13 +105,26 @@ ROW_CHECKS = (
 )
 
 
+# The finding for each way a schema departs from the format.
+SCHEMA_CHECKS = {
+    "unknown": "unknown-schema-object",
+    "missing": "missing-schema-object",
+    "altered": "altered-schema-object",
+}
+
+
 def problems(conn: sqlite3.Connection) -> Iterator[Problem]:
     """Every problem SPEC section 8 lists (and a few more), from one read snapshot."""
+    differences = schema_differences(conn)
+    for difference in differences:
+        yield Problem(SCHEMA_CHECKS[difference.kind], difference.table, (), difference.describe())
     integrity = [r[0] for r in conn.execute("PRAGMA integrity_check")]
     if integrity != ["ok"]:
         for message in integrity[:MAX_IDS]:
             yield Problem("integrity", "database", (), message)
         return  # nothing else can be trusted in a damaged file
+    if any(d.type == "table" and d.kind != "unknown" for d in differences):
+        return  # the row checks read tables that are not what the format defines
     dangling: dict[tuple[str, str], list[int]] = {}
     for table, rowid, parent, _ in conn.execute("PRAGMA foreign_key_check"):
         dangling.setdefault((table, parent), []).append(rowid)
@@ -124,6 +146,20 @@ def problems(conn: sqlite3.Connection) -> Iterator[Problem]:
             yield Problem(check, table, ids, message)
 
 
-def check_volume(volume: Volume) -> list[Problem]:
-    with volume.snapshot() as conn:
-        return list(problems(conn))
+def check_volume(
+    argument: str | os.PathLike | None, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+) -> tuple[Path, list[Problem]]:
+    """The agent file a VOLUME argument names, and its problems. A damaged file is one more
+    finding (`integrity`), after those found before the damage showed; a file that is not an
+    agent volume, or not at the current format, raises as for every command."""
+    path = resolve(argument)
+    found: list[Problem] = []
+    try:
+        with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as volume:
+            require_current(volume.schema, path)
+            with volume.snapshot() as conn:
+                for problem in problems(conn):  # one by one: kept when damage stops the rest
+                    found.append(problem)
+    except Damaged as exc:
+        found.append(Problem("integrity", "database", (), f"the file is damaged: {exc.what}"))
+    return path, found
