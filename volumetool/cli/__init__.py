@@ -106,8 +106,9 @@ def show_error(exc: VolumetoolError) -> None:
 def _fail(exc: VolumetoolError, debug: bool) -> NoReturn:
     """The one place an error ends a command: its line, and its exit code; the traceback
     first with --debug."""
-    if debug:
-        traceback.print_exc()
+    if debug:  # its messages may quote the volume too: escaped line by line
+        lines = traceback.format_exc().splitlines()
+        click.echo("\n".join(_escaped(line) for line in lines), err=True)
     show_error(exc)
     raise click.exceptions.Exit(exc.exit_code)
 
