@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import sqlite3
 import threading
 
@@ -381,3 +383,29 @@ def test_open_for_write_locks_only_when_asked(tmp_path):
             pass
         with open_for_write(path, lock=False) as writer, writer.write() as conn:
             conn.execute("INSERT INTO memories VALUES ('k', 'v', 't', 't')")
+
+
+def test_check_reports_damage_that_hides_the_agent_tables(tmp_path, run_cli):
+    path = create_volume(tmp_path / "agent.db", "a")
+    sqlite3.connect(path).execute("PRAGMA journal_mode = DELETE").close()
+    data = bytearray(path.read_bytes())
+    for found in re.finditer(b"agent-volume", bytes(data)):  # each migration record's header
+        data[found.start() - 4 : found.start()] = bytes(4)
+    path.write_bytes(bytes(data))
+    assert_clean_error(run_cli("status", path), 2, "not an agent volume")
+    result = run_cli("check", path, "--json")
+    assert result.exit_code == 1, result
+    assert [p["check"] for p in json.loads(result.stdout)] == ["integrity"]
+
+
+def test_a_schema_whose_text_is_not_utf8_is_the_damage_message(tmp_path, run_cli):
+    path = create_volume(tmp_path / "agent.db", "a")
+    sqlite3.connect(path).execute("PRAGMA journal_mode = DELETE").close()
+    overwrite_text(path, b"CREATE TABLE memories", b"CREATE TABLE \xf7emories")
+    for command in (["status"], ["memories", "list"], ["memories", "remember"]):
+        result = run_cli(*command, path, *(["k", "v"] if "remember" in command else []))
+        assert_clean_error(result, 2, "the file is damaged")
+        assert "internal error" not in result.stderr
+    result = run_cli("check", path, "--json")
+    assert result.exit_code == 1, result
+    assert [p["check"] for p in json.loads(result.stdout)] == ["integrity"]

@@ -8,11 +8,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from volumetool.errors import Damaged
+from volumetool.errors import Damaged, SchemaMismatch, UnusableInput
 from volumetool.timefmt import SQL_IS_TIMESTAMP, TIMESTAMP_FORM
 from volumetool.volume import (
     DEFAULT_BUSY_TIMEOUT,
     Volume,
+    check_file,
+    connect,
     require_current,
     resolve,
     schema_differences,
@@ -118,9 +120,9 @@ def problems(conn: sqlite3.Connection) -> Iterator[Problem]:
     differences = schema_differences(conn)
     for difference in differences:
         yield Problem(SCHEMA_CHECKS[difference.kind], difference.table, (), difference.describe())
-    integrity = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    integrity = integrity_check(conn)
     if integrity != ["ok"]:
-        for message in integrity[:MAX_IDS]:
+        for message in integrity:
             yield Problem("integrity", "database", (), message)
         return  # nothing else can be trusted in a damaged file
     if any(d.type == "table" and d.kind != "unknown" for d in differences):
@@ -146,6 +148,14 @@ def problems(conn: sqlite3.Connection) -> Iterator[Problem]:
             yield Problem(check, table, ids, message)
 
 
+def integrity_check(conn: sqlite3.Connection) -> list[str]:
+    """SQLite's integrity_check: ["ok"], or its first findings."""
+    try:
+        return [r[0] for r in conn.execute(f"PRAGMA integrity_check({MAX_IDS})")]
+    except MemoryError:  # SQLITE_NOMEM: a damaged size or count sent it past any sane bound
+        return ["SQLite ran out of memory checking the file: a page holds a damaged size"]
+
+
 def check_volume(
     argument: str | os.PathLike | None, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
 ) -> tuple[Path, list[Problem]]:
@@ -155,11 +165,44 @@ def check_volume(
     path = resolve(argument)
     found: list[Problem] = []
     try:
-        with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as volume:
-            require_current(volume.schema, path)
-            with volume.snapshot() as conn:
-                for problem in problems(conn):  # one by one: kept when damage stops the rest
-                    found.append(problem)
+        with _open(path, busy_timeout) as volume, volume.snapshot() as conn:
+            for problem in problems(conn):  # one by one: kept when damage stops the rest
+                found.append(problem)
     except Damaged as exc:
         found.append(Problem("integrity", "database", (), f"the file is damaged: {exc.what}"))
     return path, found
+
+
+def _open(path: Path, busy_timeout: float) -> Volume:
+    """The volume, which must be an agent file at the current format; Damaged when it is not
+    one because it is damaged: damage can hide or garble the very tables and migration
+    records that make it one."""
+    check_file(path)  # not SQLite at all stays a refusal (exit 2), whatever its bytes
+    try:
+        volume = Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False)
+        try:
+            require_current(volume.schema, path)
+        except SchemaMismatch:
+            volume.close()
+            raise
+    except (UnusableInput, SchemaMismatch) as exc:
+        damage = None if isinstance(exc, Damaged) else _integrity_failure(path, busy_timeout)
+        if damage is None:
+            raise
+        raise Damaged(path, damage) from exc
+    return volume
+
+
+def _integrity_failure(path: Path, busy_timeout: float) -> str | None:
+    """integrity_check's first finding on a file that did not open as an agent volume; None
+    when it is intact."""
+    conn = connect(path, readonly=True, busy_timeout=busy_timeout)
+    try:
+        first = integrity_check(conn)[0]
+    except sqlite3.Error as exc:
+        return str(exc)
+    except UnicodeDecodeError:
+        return "text that is not UTF-8"
+    finally:
+        conn.close()
+    return None if first == "ok" else first

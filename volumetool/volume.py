@@ -388,6 +388,10 @@ class Volume:
             yield
         except sqlite3.Error as exc:
             raise from_sqlite(exc, self.path) from exc
+        except UnicodeDecodeError as exc:
+            # SQLite handed back bytes that are not UTF-8 (an error message quoting a damaged
+            # schema, say): in an agent file, only damage does that.
+            raise Damaged(self.path, "text that is not UTF-8") from exc
 
     def __enter__(self) -> Volume:
         return self
