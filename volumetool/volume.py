@@ -189,7 +189,8 @@ def connect(
 
 
 # The schema as the gate compares it: four reads of the schema table and its pragmas, a fixed
-# cost whatever the size of the file. Names are lowercased: SQLite's are case-insensitive.
+# cost whatever the size of the file. Names inside definitions are lowercased (SQLite's names
+# ignore case); objects keep their own spelling, for the messages.
 _OBJECTS_SQL = "SELECT type, name, lower(tbl_name), sql FROM main.sqlite_master"
 _TABLES = (
     "FROM main.sqlite_master m, {pragma}(m.name, 'main') p WHERE m.type = 'table'"
@@ -228,9 +229,9 @@ def read_schema(conn: sqlite3.Connection) -> dict[tuple[str, str], Definition]:
         if not is_ignored(kind, name, table, sql is not None)
     ]
     columns: dict[str, list[Column]] = {}
-    for table, name, kind, notnull, default, pk, hidden in conn.execute(_COLUMNS_SQL):
+    for table, name, declared, notnull, default, pk, hidden in conn.execute(_COLUMNS_SQL):
         columns.setdefault(table, []).append(
-            Column(name, kind, bool(notnull), normalize_sql(default), pk, hidden)
+            Column(name, declared, bool(notnull), normalize_sql(default), pk, hidden)
         )
     foreign_keys: dict[str, list[ForeignKey]] = {}
     for table, *key in conn.execute(_FOREIGN_KEYS_SQL):
@@ -458,8 +459,9 @@ def open_for_write(
 ) -> Iterator[Volume]:
     """The one way a command opens a volume to write it: resolve the argument, check the file
     (an SQLite agent file, no orphaned WAL, the schema gate: version and trust), then take the
-    per-volume lock if asked, then open it for writing. A file that fails the checks is left
-    exactly as it was: no lock file, no -wal.
+    per-volume lock if asked, then open it for writing. A file that fails the checks gets no
+    lock file and no write connection (a WAL-mode file only the -wal and -shm that any reader
+    of it makes).
 
     `lock` is for commands that hold a volume across several transactions or for long
     (migrate, compact, prune, erase): two of them must not interleave. A single-transaction
