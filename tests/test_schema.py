@@ -135,6 +135,10 @@ CREATE INDEX sessions_by_status_updated ON sessions(status,updated_at);
 CREATE INDEX runs_by_session ON runs(session_id,id);
 CREATE INDEX runs_by_trigger ON runs(trigger,id);
 CREATE INDEX runs_by_started ON runs(started_at);
+CREATE TABLE Compactions (Run_Id integer primary key references runs, session_id integer
+  not null references sessions(id), summary text, saved_tokens integer, retention real,
+  missing_facts text, undone_at text);
+CREATE INDEX compactions_by_session ON compactions (session_id ASC, run_id);
 """
 MESSAGES_RESPELLED = """
 DROP TABLE messages;

@@ -178,7 +178,7 @@ WITH_MORE_ARGUMENTS = [
     (["transcript"], ["k1"], ["KEY"]),
     (["thread", "new"], ["k1"], ["KEY"]),
     (["thread", "reset", "--yes"], ["k1"], ["KEY"]),
-    (["backup"], ["{tmp}/copy.db"], ["DEST"]),
+    (["backup"], ["{tmp}/copy.db"], ["DEST|-"]),
 ]
 IDS = [" ".join(c[0][:2]) for c in WITH_MORE_ARGUMENTS]
 

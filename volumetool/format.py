@@ -29,6 +29,7 @@ MIGRATIONS = (
     "m003_runs_last_input_tokens",
     "m004_audit_actor",
     "m005_listing_indexes",
+    "m006_compaction_history",
 )
 
 
@@ -155,6 +156,18 @@ CURRENT_SCHEMA: Schema = {
         )
     ),
     ("table", "memories"): Table((_KEY, _text("value"), _text("created_at"), _text("updated_at"))),
+    ("table", "compactions"): Table(
+        (
+            Column("run_id", "INTEGER", pk=1),
+            _integer("session_id", notnull=True),
+            _text("summary", notnull=False),
+            _integer("saved_tokens"),
+            Column("retention", "REAL"),
+            _text("missing_facts", notnull=False),
+            _text("undone_at", notnull=False),
+        ),
+        (ForeignKey("run_id", "runs", "id"), ForeignKey("session_id", "sessions", "id")),
+    ),
     ("index", "sessions_one_active_per_key"): _index(
         "sessions", "conversation_key", unique=True, where="status = 'active'"
     ),
@@ -167,6 +180,7 @@ CURRENT_SCHEMA: Schema = {
     ("index", "audit_by_event"): _index("audit", "event", "id"),
     ("index", "audit_by_ts"): _index("audit", "ts"),
     ("index", "audit_by_session"): _index("audit", "session_id"),
+    ("index", "compactions_by_session"): _index("compactions", "session_id", "run_id"),
 }
 
 # Objects volumetool itself adds beside the migrations' schema, as (type, name glob). They are

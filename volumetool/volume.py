@@ -233,9 +233,12 @@ def read_schema(conn: sqlite3.Connection) -> dict[tuple[str, str], Definition]:
         columns.setdefault(table, []).append(
             Column(name, declared, bool(notnull), normalize_sql(default), pk, hidden)
         )
+    primary = {t: c.name for t, cs in columns.items() for c in cs if c.pk == 1}
     foreign_keys: dict[str, list[ForeignKey]] = {}
-    for table, *key in conn.execute(_FOREIGN_KEYS_SQL):
-        foreign_keys.setdefault(table, []).append(ForeignKey(*key))
+    for table, column, parent, to, *actions in conn.execute(_FOREIGN_KEYS_SQL):
+        # `REFERENCES runs` names the parent's primary key as surely as `REFERENCES runs (id)`
+        key = ForeignKey(column, parent, to or primary.get(parent), *actions)
+        foreign_keys.setdefault(table, []).append(key)
     index_columns: dict[str, list[str]] = {}
     for index, *column in conn.execute(_INDEX_COLUMNS_SQL):
         index_columns.setdefault(index, []).append(_index_column(*column))

@@ -477,4 +477,4 @@ def test_a_file_between_migrations_is_compared_with_what_its_migrations_define(
         assert result.exit_code == 3 and "trigger t on runs" in one_line(result)
     else:
         assert result.exit_code == 0, result
-        assert "applied m004_audit_actor, m005_listing_indexes" in result.stdout
+        assert "applied m004_audit_actor, m005_listing_indexes, m006" in result.stdout
