@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from tests.volumes import VolumeWriter, table_dump
 from volumetool.cli import COMMANDS, cli
 
 
@@ -104,3 +112,129 @@ def test_read_commands_do_not_import_sqlite_utils_or_httpx(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert "HEAVY=\n" in result.stderr, result.stderr
+
+
+# -- Ctrl-C and a closed stdout -----------------------------------------------------------
+
+VT = [sys.executable, "-m", "volumetool"]
+
+
+def many_rows(path: Path, memories: int = 0, runs: int = 0) -> Path:
+    w = VolumeWriter(path)
+    s = w.thread("k1")
+    w.conn.execute("BEGIN")
+    for n in range(runs):
+        w.run(s, model=f"model-{n}")
+    for n in range(memories):
+        w.memory(f"m{n:06}", "value " * 10)
+    w.conn.execute("COMMIT")
+    w.close()
+    return path
+
+
+def holds_open(pid: int, path: Path) -> bool:
+    """Whether process `pid` has `path` open (Linux /proc)."""
+    with contextlib.suppress(FileNotFoundError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                    return True
+    return False
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_ctrl_c_during_an_import_from_a_slow_pipe_writes_nothing_and_exits_130(tmp_path):
+    path = many_rows(tmp_path / "agent.db", memories=10)
+    before = table_dump(path)
+    proc = subprocess.Popen(
+        [*VT, "memories", "import", str(path), "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    for n in range(200):  # then the pipe stays open: the import waits for more
+        proc.stdin.write(json.dumps({"key": f"new.{n}", "value": "x"}).encode() + b"\n")
+    proc.stdin.flush()
+    wait_for(lambda: holds_open(proc.pid, path))
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert err.decode().splitlines() == [f"volumetool: {path}: interrupted; nothing was written"], (
+        err
+    )
+    assert table_dump(path) == before
+
+
+def test_ctrl_c_inside_the_write_transaction_rolls_it_back_and_exits_130(tmp_path):
+    path = many_rows(tmp_path / "agent.db", memories=10)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = DELETE")  # the -journal shows the transaction under way
+    conn.close()
+    with open(tmp_path / "in.jsonl", "w") as out:
+        for n in range(200_000):
+            out.write(json.dumps({"key": f"new.{n:07}", "value": "fact " * 8}) + "\n")
+    before = table_dump(path)
+    journal = Path(f"{path}-journal")
+    proc = subprocess.Popen(
+        [*VT, "memories", "import", str(path), str(tmp_path / "in.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    wait_for(journal.exists, timeout=120)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; nothing was written" in err.decode()
+    assert len(err.decode().splitlines()) == 1, err
+    assert table_dump(path) == before
+    assert not journal.exists() or journal.stat().st_size == 0
+
+
+def test_ctrl_c_in_a_read_exits_130_in_one_line(tmp_path):
+    path = many_rows(tmp_path / "agent.db", runs=20_000)
+    proc = subprocess.Popen(
+        [*VT, "runs", str(path), "-n", "0", "--nl"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.readline()  # it is writing rows: stdout is full until we read on
+    proc.send_signal(signal.SIGINT)
+    proc.stdout.read()
+    proc.wait(timeout=30)
+    err = proc.stderr.read().decode()
+    assert proc.returncode == 130, err
+    assert err.splitlines() == ["volumetool: interrupted"], err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["runs", "VOL", "-n", "0"],
+        ["runs", "VOL", "-n", "0", "--fmt", "grid"],
+        ["runs", "VOL", "-n", "0", "--json"],
+        ["runs", "VOL", "-n", "0", "--nl"],
+        ["runs", "VOL", "-n", "0", "--csv"],
+        ["runs", "VOL", "-n", "0", "--tsv"],
+        ["memories", "export", "VOL"],
+        ["memories", "export", "VOL", "--format", "json"],
+        ["memories", "list", "VOL", "-n", "0", "--json"],
+    ],
+    ids=" ".join,
+)
+def test_a_closed_stdout_ends_every_format_quietly_with_exit_0(tmp_path, command):
+    path = many_rows(tmp_path / "agent.db", memories=5_000, runs=5_000)
+    proc = subprocess.Popen(
+        [*VT, *[str(path) if a == "VOL" else a for a in command]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout.readline()  # `| head -1`
+    proc.stdout.close()
+    proc.wait(timeout=60)
+    assert proc.stderr.read() == b""
+    assert proc.returncode == 0

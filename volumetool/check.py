@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+from volumetool.errors import Damaged, SchemaMismatch, UnusableInput
 from volumetool.timefmt import SQL_IS_TIMESTAMP, TIMESTAMP_FORM
-from volumetool.volume import Volume
+from volumetool.volume import (
+    DEFAULT_BUSY_TIMEOUT,
+    Volume,
+    check_file,
+    connect,
+    require_current,
+    resolve,
+    schema_differences,
+)
 
 MAX_IDS = 20  # ids named in one line; the count is always exact
 
@@ -96,13 +107,26 @@ ROW_CHECKS = (
 )
 
 
+# The finding for each way a schema departs from the format.
+SCHEMA_CHECKS = {
+    "unknown": "unknown-schema-object",
+    "missing": "missing-schema-object",
+    "altered": "altered-schema-object",
+}
+
+
 def problems(conn: sqlite3.Connection) -> Iterator[Problem]:
     """Every problem SPEC section 8 lists (and a few more), from one read snapshot."""
-    integrity = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+    differences = schema_differences(conn)
+    for difference in differences:
+        yield Problem(SCHEMA_CHECKS[difference.kind], difference.table, (), difference.describe())
+    integrity = integrity_check(conn)
     if integrity != ["ok"]:
-        for message in integrity[:MAX_IDS]:
+        for message in integrity:
             yield Problem("integrity", "database", (), message)
         return  # nothing else can be trusted in a damaged file
+    if any(d.type == "table" and d.kind != "unknown" for d in differences):
+        return  # the row checks read tables that are not what the format defines
     dangling: dict[tuple[str, str], list[int]] = {}
     for table, rowid, parent, _ in conn.execute("PRAGMA foreign_key_check"):
         dangling.setdefault((table, parent), []).append(rowid)
@@ -124,6 +148,61 @@ def problems(conn: sqlite3.Connection) -> Iterator[Problem]:
             yield Problem(check, table, ids, message)
 
 
-def check_volume(volume: Volume) -> list[Problem]:
-    with volume.snapshot() as conn:
-        return list(problems(conn))
+def integrity_check(conn: sqlite3.Connection) -> list[str]:
+    """SQLite's integrity_check: ["ok"], or its first findings."""
+    try:
+        return [r[0] for r in conn.execute(f"PRAGMA integrity_check({MAX_IDS})")]
+    except MemoryError:  # SQLITE_NOMEM: a damaged size or count sent it past any sane bound
+        return ["SQLite ran out of memory checking the file: a page holds a damaged size"]
+
+
+def check_volume(
+    argument: str | os.PathLike | None, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+) -> tuple[Path, list[Problem]]:
+    """The agent file a VOLUME argument names, and its problems. A damaged file is one more
+    finding (`integrity`), after those found before the damage showed; a file that is not an
+    agent volume, or not at the current format, raises as for every command."""
+    path = resolve(argument)
+    found: list[Problem] = []
+    try:
+        with _open(path, busy_timeout) as volume, volume.snapshot() as conn:
+            for problem in problems(conn):  # one by one: kept when damage stops the rest
+                found.append(problem)
+    except Damaged as exc:
+        found.append(Problem("integrity", "database", (), f"the file is damaged: {exc.what}"))
+    return path, found
+
+
+def _open(path: Path, busy_timeout: float) -> Volume:
+    """The volume, which must be an agent file at the current format; Damaged when it is not
+    one because it is damaged: damage can hide or garble the very tables and migration
+    records that make it one."""
+    check_file(path)  # not SQLite at all stays a refusal (exit 2), whatever its bytes
+    try:
+        volume = Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False)
+        try:
+            require_current(volume.schema, path)
+        except SchemaMismatch:
+            volume.close()
+            raise
+    except (UnusableInput, SchemaMismatch) as exc:
+        damage = None if isinstance(exc, Damaged) else _integrity_failure(path, busy_timeout)
+        if damage is None:
+            raise
+        raise Damaged(path, damage) from exc
+    return volume
+
+
+def _integrity_failure(path: Path, busy_timeout: float) -> str | None:
+    """integrity_check's first finding on a file that did not open as an agent volume; None
+    when it is intact."""
+    conn = connect(path, readonly=True, busy_timeout=busy_timeout)
+    try:
+        first = integrity_check(conn)[0]
+    except sqlite3.Error as exc:
+        return str(exc)
+    except UnicodeDecodeError:
+        return "text that is not UTF-8"
+    finally:
+        conn.close()
+    return None if first == "ok" else first

@@ -19,11 +19,27 @@ from pathlib import Path
 
 from volumetool.errors import UnusableInput
 from volumetool.timefmt import now_iso
+from volumetool.volume import connect
 
 
 def refuse_existing(path: Path) -> None:
     if path.exists() or path.is_symlink():
         raise UnusableInput(f"{path}: already exists", "refusing to overwrite; pick a new path")
+
+
+SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def refuse_side_files(path: Path) -> None:
+    """A new database must not be born beside a leftover -wal, -shm or -journal: SQLite would
+    take it for the new file's own and replay another database's committed pages into it."""
+    for suffix in SIDE_FILES:
+        side = Path(f"{path}{suffix}")
+        if side.exists() or side.is_symlink():
+            raise UnusableInput(
+                f"{path}: {side.name} is already there and may hold another database's pages",
+                "move it away (or restore its database file), or pick a new path",
+            )
 
 
 def fsync_directory(directory: Path) -> None:
@@ -91,7 +107,7 @@ def remove_stale_stages(directory: Path, names: str) -> None:
 
 def remove_stage(tmp: Path) -> None:
     """Delete a staged file with the side files SQLite may have made beside it."""
-    for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
+    for leftover in (tmp, *(Path(f"{tmp}{suffix}") for suffix in SIDE_FILES)):
         with contextlib.suppress(FileNotFoundError):
             leftover.unlink()
 
@@ -144,8 +160,10 @@ def create_volume(
     created_at: str | None = None,
 ) -> Path:
     """Create an agent file at the current format, in WAL mode, optionally filled by `fill`."""
+    refuse_existing(path)
+    refuse_side_files(path)
     with staged_file(path, make_parents=True) as tmp:
-        conn = sqlite3.connect(tmp, isolation_level=None)
+        conn = connect(tmp)
         try:
             # The staged file is private until published, so it needs no crash journal.
             conn.execute("PRAGMA journal_mode = MEMORY")

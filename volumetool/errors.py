@@ -1,37 +1,34 @@
-"""The exit-code exceptions: raised deep, rendered once by the CLI group.
+"""The exit-code exceptions: raised deep, rendered once by the CLI group (`volumetool.cli`).
 
-Each type is one exit code of SPEC section 4. They subclass click's ClickException only for
-its `exit_code` and `show()` protocol; the library never imports the CLI.
+Each type is one exit code of SPEC section 4. They are plain exceptions: the library imports
+nothing of the CLI, and the group turns them into one line on stderr and the exit code.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import click
+if TYPE_CHECKING:
+    import sqlite3
 
 
-class VolumetoolError(click.ClickException):
+class VolumetoolError(Exception):
     """A failure a user can act on; `message` is one line, `hint` says what to do."""
 
     exit_code = 1
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
+        self.message = message
         self.hint = hint
 
     def format_message(self) -> str:
         text = " ".join(self.message.split("\n"))
         return f"{text} — {self.hint}" if self.hint else text
 
-    def show(self, file=None) -> None:  # type: ignore[override]
-        from volumetool.render import escape_control
-
-        # Messages quote volume text (a migration name, a key, an SQLite message).
-        text = escape_control(self.format_message())
-        click.echo(f"volumetool: {text}", file=file or sys.stderr)
+    def __str__(self) -> str:
+        return self.format_message()
 
 
 class ProblemsFound(VolumetoolError):
@@ -46,8 +43,21 @@ class UnusableInput(VolumetoolError):
     exit_code = 2
 
 
+class Damaged(UnusableInput):
+    """Exit 2: an SQLite file whose pages cannot be read as they should (zeroed, truncated,
+    overwritten). Only `check` goes on, reporting it as an `integrity` finding."""
+
+    def __init__(self, path: object, what: str) -> None:
+        super().__init__(
+            f"{path}: the file is damaged ({what})",
+            "restore it from a backup; `volumetool check` lists what it can read",
+        )
+        self.what = what
+
+
 class SchemaMismatch(VolumetoolError):
-    """Exit 3: the file needs `volumetool migrate`, or was written by a newer version."""
+    """Exit 3: the file needs `volumetool migrate`, was written by a newer version, or holds
+    schema objects the format does not define."""
 
     exit_code = 3
 
@@ -56,6 +66,17 @@ class Busy(VolumetoolError):
     """Exit 4: locked past the busy timeout, or another volumetool holds the volume lock."""
 
     exit_code = 4
+
+
+class Interrupted(VolumetoolError):
+    """Exit 130: Ctrl-C. The message says what became of a write that was under way."""
+
+    exit_code = 130
+
+
+class UntrustedSchemaWarning(UserWarning):
+    """A read command opened a file whose schema the format does not define: it reads on,
+    and the CLI shows the warning as one line on stderr."""
 
 
 # When a command's parts end differently (volumes, threads), its exit code tells the most
@@ -68,20 +89,40 @@ def worst_exit_code(codes: Iterable[int]) -> int:
     return next((code for code in EXIT_PRECEDENCE if code in found), 0)
 
 
+# SQLite's primary result codes (the extended ones, SQLITE_IOERR_SHORT_READ say, share the
+# prefix), by what they mean for the user.
+_BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
+_DAMAGED = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
+_CANNOT_OPEN = {"SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_AUTH"}
+_WRITE_FAILED = {"SQLITE_FULL", "SQLITE_IOERR"}
+# A truncated file reads short: that is damage, not a failing disk.
+_DAMAGED_EXTENDED = {"SQLITE_IOERR_SHORT_READ"}
+# Raised by Python's sqlite3 module, not by SQLite, when stored text is not UTF-8: in an agent
+# file that only happens when pages were overwritten.
+_NOT_UTF8 = "Could not decode to UTF-8"
+
+
+def _primary(name: str) -> str:
+    return "_".join(name.split("_")[:2])
+
+
 def from_sqlite(exc: sqlite3.Error, path: object) -> VolumetoolError:
     """Translate an SQLite error met while using `path` into its exit-code exception."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
     text = str(exc)
-    lowered = text.lower()
-    if "locked" in lowered or "busy" in lowered:
+    if not name and text.startswith(_NOT_UTF8):
+        return Damaged(path, "text that is not UTF-8")
+    primary = _primary(name)
+    if primary in _BUSY:
         return Busy(
             f"{path}: the database is locked by another process",
             "retry later, or raise --busy-timeout",
         )
-    if "not a database" in lowered or "malformed" in lowered or "disk image" in lowered:
-        return UnusableInput(f"{path}: the file is damaged or not an SQLite database ({text})")
-    if "unable to open" in lowered or "readonly" in lowered or "read-only" in lowered:
+    if primary in _DAMAGED or name in _DAMAGED_EXTENDED:
+        return Damaged(path, text)
+    if primary in _CANNOT_OPEN:
         return UnusableInput(f"{path}: cannot open the file for this operation ({text})")
-    if "disk is full" in lowered or "disk i/o" in lowered:
+    if primary in _WRITE_FAILED:
         return ProblemsFound(
             f"{path}: the write failed ({text}); nothing was changed",
             "free disk space and retry",

@@ -4,6 +4,7 @@ migration, checks after. Runtime 0.x files are recognized and migrated like any 
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import sqlite3
 from dataclasses import dataclass, field
@@ -12,8 +13,19 @@ from pathlib import Path
 
 from volumetool.backup import backup
 from volumetool.create import remove_stale_stages
-from volumetool.errors import ProblemsFound, SchemaMismatch
-from volumetool.volume import SchemaState, Volume, read_schema_state, require_current
+from volumetool.errors import Interrupted, ProblemsFound, SchemaMismatch, VolumetoolError
+from volumetool.format import (
+    MIGRATIONS,
+    Schema,
+)
+from volumetool.volume import (
+    SchemaState,
+    Volume,
+    admit,
+    connect,
+    read_schema,
+    read_schema_state,
+)
 
 MIGRATION_FIELDS = ("migration", "status", "applied_at")
 
@@ -47,6 +59,34 @@ def backup_path(path: Path, now: datetime | None = None) -> Path:
     return candidate
 
 
+@functools.cache
+def _schema_after(applied: tuple[str, ...]) -> Schema:
+    import sqlite_utils
+
+    from volumetool.migrations import migrations
+
+    conn = connect(":memory:")
+    try:
+        pending = [name for name in MIGRATIONS if name not in applied]
+        migrations.apply(sqlite_utils.Database(conn), stop_before=pending[0] if pending else None)
+        return read_schema(conn)
+    finally:
+        conn.close()
+
+
+def recorded_schema(state: SchemaState, path: Path) -> Schema:
+    """The schema that the migrations a file records define, computed by applying them to an
+    empty database: what a file about to be migrated must hold, and nothing more. A 0.x file
+    records none and must hold the 0.x shape, which the first migration defines."""
+    names = tuple(name for name, _ in state.applied)
+    if names != MIGRATIONS[: len(names)]:
+        raise SchemaMismatch(
+            f"{path}: records migrations out of order ({', '.join(names)})",
+            "restore it from a backup",
+        )
+    return _schema_after(names or MIGRATIONS[:1])
+
+
 @dataclass
 class MigrateResult:
     path: Path
@@ -65,17 +105,44 @@ def _dangling(conn: sqlite3.Connection) -> str | None:
 
 
 def migrate(volume: Volume, *, make_backup: bool = True, dry_run: bool = False) -> MigrateResult:
-    """Apply the pending migrations of an open (writable, ungated) volume."""
+    """Apply the pending migrations of an open (ungated) volume: writable, from
+    `open_for_write(…, expected=recorded_schema)`, or read-only for a dry run. A newer file,
+    or one whose schema is not what its recorded migrations define (a 0.x file: the 0.x
+    shape), is refused before anything moves."""
+    volume.admit(recorded_schema)
+    result = MigrateResult(volume.path, list(volume.schema.pending))
+    if not result.pending or dry_run:
+        return result
+    try:
+        _apply(volume, result, make_backup)
+    except KeyboardInterrupt:
+        raise _interrupted(volume, result) from None
+    return result
+
+
+def _interrupted(volume: Volume, result: MigrateResult) -> Interrupted:
+    """Ctrl-C: the migration under way rolled back; the file says which ones committed."""
+    try:
+        recorded = {name for name, _ in read_schema_state(volume.conn, volume.path).applied}
+    except (sqlite3.Error, VolumetoolError):
+        recorded = set(result.applied)
+    done = [name for name in result.pending if name in recorded]
+    rest = [name for name in result.pending if name not in recorded]
+    if not done:
+        what = "nothing was migrated"
+    elif rest:
+        what = f"{', '.join(done)} applied; {', '.join(rest)} still pending"
+    else:
+        what = "every migration applied, the integrity check did not run"
+    return Interrupted(f"{volume.path}: interrupted; {what}", "run migrate again")
+
+
+def _apply(volume: Volume, result: MigrateResult, make_backup: bool) -> None:
+    """Backup, then one transaction per migration, then the integrity check."""
     import sqlite_utils
 
     from volumetool.migrations import LegacyDataError, migrations
 
-    state = volume.schema
-    if state.newer:
-        require_current(state, volume.path)  # raises: a newer file is never touched
-    result = MigrateResult(volume.path, list(state.pending))
-    if not state.pending or dry_run:
-        return result
     conn = volume.conn
     with volume.translating():
         dangling = _dangling(conn)
@@ -90,16 +157,18 @@ def migrate(volume: Volume, *, make_backup: bool = True, dry_run: bool = False) 
             result.backup = backup(volume, backup_path(volume.path))
         conn.execute("PRAGMA foreign_keys = OFF")  # table rebuilds; checked before each commit
         db = sqlite_utils.Database(conn)
-        for n, name in enumerate(state.pending):
-            later = state.pending[n + 1 :]
+        for n, name in enumerate(result.pending):
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if read_schema_state(conn, volume.path).pending[:1] != [name]:
+                # Under the write lock: still where this run found it, nothing planted since.
+                state = read_schema_state(conn, volume.path)
+                if state.pending[:1] != [name]:
                     raise SchemaMismatch(
                         f"{volume.path}: changed by someone else while migrating",
                         "run migrate again",
                     )
-                migrations.apply(db, stop_before=later)
+                admit(conn, state, volume.path, recorded_schema)
+                migrations.apply(db, stop_before=result.pending[n + 1 :])
                 dangling = _dangling(conn)
                 if dangling:
                     raise LegacyDataError(f"after {name}: {dangling}")
@@ -124,4 +193,3 @@ def migrate(volume: Volume, *, make_backup: bool = True, dry_run: bool = False) 
                 f"{volume.path}: integrity check failed after migrating ({problems[0]})",
                 f"restore {result.backup}" if result.backup else None,
             )
-    return result

@@ -1,5 +1,5 @@
-"""Finding and opening an agent volume: read-only and write connections, the busy timeout, the
-schema-version gate and the per-volume lock.
+"""Finding and opening an agent volume: read-only and write connections, the busy timeout,
+the schema gate (version and trust) and the per-volume lock.
 
 Every SQLite error met here or inside `Volume` is translated into the exit-code exceptions of
 `volumetool.errors`, so commands never see a raw `sqlite3.Error`.
@@ -10,34 +10,59 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import functools
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from volumetool.errors import Busy, SchemaMismatch, UnusableInput, from_sqlite
+from volumetool import VOLUME_ENV
+from volumetool.errors import (
+    Busy,
+    Damaged,
+    Interrupted,
+    SchemaMismatch,
+    UntrustedSchemaWarning,
+    UnusableInput,
+    from_sqlite,
+)
+from volumetool.format import (
+    CURRENT_SCHEMA,
+    MIGRATION_SET,
+    MIGRATIONS,
+    Code,
+    Column,
+    Definition,
+    Difference,
+    ForeignKey,
+    Index,
+    Schema,
+    Table,
+    compare,
+    index_definition,
+    is_ignored,
+    normalize_sql,
+)
 
 DB_NAME = "agent.db"
-ENV_VAR = "VOLUMETOOL_VOLUME"
 DEFAULT_BUSY_TIMEOUT = 5.0
-MIGRATION_SET = "agent-volume"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def _given(argument: str | os.PathLike | None) -> str:
+    # The CLI takes VOLUME from the environment itself (cli.options); None still reads it for
+    # callers that pass no argument at all (compact, until it takes `volumes_argument`).
     if argument is None or str(argument) == "":
-        argument = os.environ.get(ENV_VAR, "")
+        argument = os.environ.get(VOLUME_ENV, "")
         if not argument:
-            raise UnusableInput("no VOLUME given", f"pass a path or set {ENV_VAR}")
+            raise UnusableInput("no VOLUME given", f"pass a path or set {VOLUME_ENV}")
     return str(argument)
 
 
 def resolve(argument: str | os.PathLike | None) -> Path:
-    """The agent file named by a VOLUME argument (a file, or a directory holding agent.db),
-    or by $VOLUMETOOL_VOLUME when there is none."""
+    """The agent file named by a VOLUME argument (a file, or a directory holding agent.db)."""
     path = Path(_given(argument))
     if path.is_dir():
         return path / DB_NAME
@@ -51,32 +76,6 @@ def resolve_new(argument: str | os.PathLike | None) -> Path:
     if given.endswith(os.sep) and path.name != DB_NAME:
         return path / DB_NAME
     return path
-
-
-@functools.cache
-def known_migrations() -> list[str]:
-    """The names of the `agent-volume` migrations, in order, read from the declarations in
-    migrations.py rather than by importing it: every read command's gate needs them, and
-    importing sqlite-utils just for a list of names would double their start-up cost. A test
-    holds this equal to the set's own list."""
-    import ast
-
-    tree = ast.parse(Path(__file__).with_name("migrations.py").read_text(encoding="utf-8"))
-    names = []
-    for node in tree.body:
-        for decorator in getattr(node, "decorator_list", []):
-            if (
-                isinstance(decorator, ast.Call)
-                and isinstance(decorator.func, ast.Name)
-                and decorator.func.id == "migrations"
-            ):
-                named = [
-                    k.value.value
-                    for k in decorator.keywords
-                    if k.arg == "name" and isinstance(k.value, ast.Constant)
-                ]
-                names.append(named[0] if named else node.name)
-    return names
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,7 @@ def check_file(path: Path) -> None:
     if not header.startswith(SQLITE_MAGIC):
         raise UnusableInput(f"{path}: not an SQLite database")
     if len(header) < 100:
-        raise UnusableInput(f"{path}: the SQLite header is truncated; the file is damaged")
+        raise Damaged(path, "the SQLite header is truncated")
 
 
 def read_schema_state(conn: sqlite3.Connection, path: Path) -> SchemaState:
@@ -139,11 +138,11 @@ def read_schema_state(conn: sqlite3.Connection, path: Path) -> SchemaState:
             )
         ]
     if applied:
-        return SchemaState(applied, known_migrations())
+        return SchemaState(applied, list(MIGRATIONS))
     if "sessions" in tables:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
         if "transcript" in columns:
-            return SchemaState([], known_migrations(), legacy=True)
+            return SchemaState([], list(MIGRATIONS), legacy=True)
     raise UnusableInput(
         f"{path}: SQLite, but not an agent volume (no {MIGRATION_SET} migrations and no "
         "runtime 0.x tables)"
@@ -162,21 +161,137 @@ def require_current(state: SchemaState, path: Path) -> None:
         raise SchemaMismatch(f"{path}: {what}", f"run: volumetool migrate {path}")
 
 
-def _connect(
-    path: Path, readonly: bool, busy_timeout: float, immutable: bool = False
+def connect(
+    target: Path | str,
+    *,
+    readonly: bool = False,
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    immutable: bool = False,
 ) -> sqlite3.Connection:
+    """Every connection volumetool opens: `trusted_schema` off, so that a view, trigger or index
+    of the file may not call a function SQLite does not know to be harmless; autocommit, so
+    that every transaction is explicit."""
     if readonly:
-        target, uri = Path(os.path.abspath(path)).as_uri() + "?mode=ro", True
-        if immutable:
-            target += "&immutable=1"
+        uri = Path(os.path.abspath(target)).as_uri() + "?mode=ro"
+        conn = sqlite3.connect(
+            uri + ("&immutable=1" if immutable else ""),
+            uri=True,
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
     else:
-        target, uri = str(path), False
-    conn = sqlite3.connect(
-        target, uri=uri, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-    )
-    if not readonly:
-        conn.execute("PRAGMA foreign_keys = ON")
+        conn = sqlite3.connect(
+            target, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+    conn.execute("PRAGMA trusted_schema = OFF")
     return conn
+
+
+# The schema as the gate compares it: four reads of the schema table and its pragmas, a fixed
+# cost whatever the size of the file. Names inside definitions are lowercased (SQLite's names
+# ignore case); objects keep their own spelling, for the messages.
+_OBJECTS_SQL = "SELECT type, name, lower(tbl_name), sql FROM main.sqlite_master"
+_TABLES = (
+    "FROM main.sqlite_master m, {pragma}(m.name, 'main') p WHERE m.type = 'table'"
+    " AND coalesce(m.sql, '') NOT LIKE 'CREATE VIRTUAL TABLE%'"
+)
+_COLUMNS_SQL = (
+    'SELECT lower(m.name), lower(p.name), upper(p.type), p."notnull", p.dflt_value, p.pk,'
+    " p.hidden " + _TABLES.format(pragma="pragma_table_xinfo") + " ORDER BY m.name, p.cid"
+)
+_FOREIGN_KEYS_SQL = (
+    'SELECT lower(m.name), lower(p."from"), lower(p."table"), lower(p."to"), p.on_update,'
+    ' p.on_delete, p."match" ' + _TABLES.format(pragma="pragma_foreign_key_list")
+)
+_INDEX_COLUMNS_SQL = (
+    "SELECT lower(m.name), p.cid, lower(p.name), p.desc, upper(p.coll)"
+    " FROM main.sqlite_master m, pragma_index_xinfo(m.name, 'main') p"
+    " WHERE m.type = 'index' AND p.key ORDER BY m.name, p.seqno"
+)
+
+
+def _index_column(cid: int, name: str | None, desc: int, collation: str) -> str:
+    text = "(expression)" if cid == -2 or name is None else name
+    return (
+        text
+        + (" DESC" if desc else "")
+        + ("" if collation == "BINARY" else f" COLLATE {collation}")
+    )
+
+
+def read_schema(conn: sqlite3.Connection) -> dict[tuple[str, str], Definition]:
+    """Every schema object of the file that the gate compares, as `format` describes them;
+    names as the file spells them (`compare` ignores their case, as SQLite does)."""
+    objects = [
+        (kind, name, table, sql)
+        for kind, name, table, sql in conn.execute(_OBJECTS_SQL)
+        if not is_ignored(kind, name, table, sql is not None)
+    ]
+    columns: dict[str, list[Column]] = {}
+    for table, name, declared, notnull, default, pk, hidden in conn.execute(_COLUMNS_SQL):
+        columns.setdefault(table, []).append(
+            Column(name, declared, bool(notnull), normalize_sql(default), pk, hidden)
+        )
+    primary = {t: c.name for t, cs in columns.items() for c in cs if c.pk == 1}
+    foreign_keys: dict[str, list[ForeignKey]] = {}
+    for table, column, parent, to, *actions in conn.execute(_FOREIGN_KEYS_SQL):
+        # `REFERENCES runs` names the parent's primary key as surely as `REFERENCES runs (id)`
+        key = ForeignKey(column, parent, to or primary.get(parent), *actions)
+        foreign_keys.setdefault(table, []).append(key)
+    index_columns: dict[str, list[str]] = {}
+    for index, *column in conn.execute(_INDEX_COLUMNS_SQL):
+        index_columns.setdefault(index, []).append(_index_column(*column))
+    schema: dict[tuple[str, str], Definition] = {}
+    for kind, name, table, sql in objects:
+        lowered = name.lower()
+        if kind == "table":
+            schema[kind, name] = Table(
+                tuple(columns.get(lowered, ())),
+                tuple(sorted(foreign_keys.get(lowered, ()), key=lambda k: (k.column, k.table))),
+                virtual=lowered not in columns,
+            )
+        elif kind == "index":
+            schema[kind, name] = Index(
+                table, tuple(index_columns.get(lowered, ())), *index_definition(sql)
+            )
+        else:
+            schema[kind, name] = Code(table)
+    return schema
+
+
+def schema_differences(
+    conn: sqlite3.Connection, expected: Schema = CURRENT_SCHEMA
+) -> list[Difference]:
+    """How the file's schema departs from `expected` (the current format by default)."""
+    return compare(read_schema(conn), expected)
+
+
+def describe_differences(differences: list[Difference], most: int = 10) -> str:
+    shown = "; ".join(d.describe() for d in differences[:most])
+    more = len(differences) - most
+    return shown + (f"; and {more} more" if more > 0 else "")
+
+
+def admit(
+    conn: sqlite3.Connection,
+    state: SchemaState,
+    path: Path,
+    expected: Callable[[SchemaState, Path], Schema] | None = None,
+) -> None:
+    """The schema gate of a write: the file is at the format this version writes (or, with
+    `expected`, at a format its recorded migrations define: migrate) and holds nothing the
+    format does not define, so that no planted trigger fires with volumetool's writes."""
+    if expected is None or state.newer:
+        require_current(state, path)
+    schema = CURRENT_SCHEMA if expected is None else expected(state, path)
+    differences = schema_differences(conn, schema)
+    if differences:
+        raise SchemaMismatch(
+            f"{path}: the schema departs from the format: {describe_differences(differences)}",
+            "volumetool writes nothing beside objects it does not know (they could run with "
+            "its writes); `volumetool check` lists them",
+        )
 
 
 def _hot_journal(path: Path) -> bool:
@@ -189,7 +304,7 @@ def _roll_back(path: Path, busy_timeout: float) -> None:
     read-only connection cannot roll back. Opening the file for writing lets SQLite roll it
     back, as the agent's next open would: the file then reads as its last committed state, and
     nothing committed changes. A live writer's journal is not hot, so this never touches it."""
-    conn = sqlite3.connect(path, timeout=busy_timeout)
+    conn = connect(path, busy_timeout=busy_timeout)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     finally:
@@ -205,7 +320,12 @@ def _nobody_can_write(path: Path) -> bool:
 
 
 class Volume:
-    """An open agent file. Use as a context manager; SQLite errors leave it translated."""
+    """An open agent file. Use as a context manager; SQLite errors leave it translated.
+
+    With `gate` (the default), the file must be at the current format: a read-only volume
+    whose schema departs from it reads on with an `UntrustedSchemaWarning`; a writable one is
+    refused (SchemaMismatch), and every write transaction checks again under the lock.
+    """
 
     def __init__(
         self,
@@ -219,31 +339,52 @@ class Volume:
         self.readonly = readonly
         self.busy_timeout = busy_timeout
         self.gate = gate
+        self.written = False  # a write transaction committed
         check_file(self.path)
         self.conn: sqlite3.Connection
         with self.translating():
-            self.conn = _connect(self.path, readonly, busy_timeout)
+            self.conn = connect(self.path, readonly=readonly, busy_timeout=busy_timeout)
+            if not readonly:
+                self.conn.execute("PRAGMA foreign_keys = ON")
             try:
-                try:
-                    self.schema = read_schema_state(self.conn, self.path)
-                except sqlite3.OperationalError:
-                    if not readonly:
-                        raise
-                    self.conn.close()
-                    immutable = False
-                    if _hot_journal(self.path):
-                        _roll_back(self.path, busy_timeout)
-                    elif _nobody_can_write(self.path):
-                        immutable = True
-                    else:
-                        raise
-                    self.conn = _connect(self.path, readonly, busy_timeout, immutable)
-                    self.schema = read_schema_state(self.conn, self.path)
-                if gate:
-                    require_current(self.schema, self.path)
+                self._open()
             except BaseException:
                 self.conn.close()
                 raise
+
+    def _open(self) -> None:
+        try:
+            self.schema = read_schema_state(self.conn, self.path)
+        except sqlite3.OperationalError:
+            if not self.readonly:
+                raise
+            self.conn.close()
+            immutable = False
+            if _hot_journal(self.path):
+                _roll_back(self.path, self.busy_timeout)
+            elif _nobody_can_write(self.path):
+                immutable = True
+            else:
+                raise
+            self.conn = connect(
+                self.path, readonly=True, busy_timeout=self.busy_timeout, immutable=immutable
+            )
+            self.schema = read_schema_state(self.conn, self.path)
+        if not self.gate:
+            return
+        if not self.readonly:
+            admit(self.conn, self.schema, self.path)
+            return
+        require_current(self.schema, self.path)
+        differences = schema_differences(self.conn)
+        if differences:
+            warnings.warn(
+                f"{self.path}: the schema departs from the format: "
+                f"{describe_differences(differences)}; reading on, but write commands refuse "
+                "this file",
+                UntrustedSchemaWarning,
+                stacklevel=3,
+            )
 
     @contextlib.contextmanager
     def translating(self) -> Iterator[None]:
@@ -251,6 +392,10 @@ class Volume:
             yield
         except sqlite3.Error as exc:
             raise from_sqlite(exc, self.path) from exc
+        except UnicodeDecodeError as exc:
+            # SQLite handed back bytes that are not UTF-8 (an error message quoting a damaged
+            # schema, say): in an agent file, only damage does that.
+            raise Damaged(self.path, "text that is not UTF-8") from exc
 
     def __enter__(self) -> Volume:
         return self
@@ -265,19 +410,24 @@ class Volume:
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken at once (BEGIN IMMEDIATE) so it never has to upgrade
-        a read lock; the schema gate is checked again under the lock."""
+        a read lock; the schema gate is checked again under the lock. Any exception, Ctrl-C
+        included, rolls it back."""
         with self.translating():
             self.conn.execute("BEGIN IMMEDIATE")
+            committing = False
             try:
                 if self.gate:
-                    require_current(read_schema_state(self.conn, self.path), self.path)
+                    admit(self.conn, read_schema_state(self.conn, self.path), self.path)
                 yield self.conn
+                committing = True
+                self.conn.execute("COMMIT")
+                self.written = True
             except BaseException:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
+                elif committing:
+                    self.written = True  # interrupted just after the COMMIT returned
                 raise
-            else:
-                self.conn.execute("COMMIT")
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -290,10 +440,67 @@ class Volume:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
 
+    def admit(self, expected: Callable[[SchemaState, Path], Schema] | None = None) -> None:
+        """The schema gate of a write (`admit`) on this volume's connection."""
+        with self.translating():
+            admit(self.conn, self.schema, self.path, expected)
+
     def agent_name(self) -> str | None:
         with self.translating():
             row = self.conn.execute("SELECT value FROM identity WHERE key = 'name'").fetchone()
         return row[0] if row else None
+
+
+@contextlib.contextmanager
+def open_for_write(
+    argument: str | os.PathLike | None,
+    *,
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    lock: bool,
+    wait: float = 0.0,
+    expected: Callable[[SchemaState, Path], Schema] | None = None,
+) -> Iterator[Volume]:
+    """The one way a command opens a volume to write it: resolve the argument, check the file
+    (an SQLite agent file, no orphaned WAL, the schema gate: version and trust), then take the
+    per-volume lock if asked, then open it for writing. A file that fails the checks gets no
+    lock file and no write connection (a WAL-mode file only the -wal and -shm that any reader
+    of it makes).
+
+    `lock` is for commands that hold a volume across several transactions or for long
+    (migrate, compact, prune, erase): two of them must not interleave. A single-transaction
+    write (remember, forget, import, thread new/reset) passes lock=False: SQLite's own locking
+    serializes it with everything else, as it does the agent's writes, and a long cron
+    compaction must not lock out a `remember`.
+
+    `expected` is for migrate: the file may be behind the current format (never ahead) and
+    its schema must be what its recorded migrations define. Ctrl-C inside the block becomes
+    `Interrupted` (exit 130), saying whether anything had been written.
+    """
+    path = resolve(argument)
+    volume = None
+    try:
+        with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as checked:
+            checked.admit(expected)
+        guard = volume_lock(path, wait) if lock else contextlib.nullcontext()
+        with (
+            guard,
+            Volume(
+                path, readonly=False, busy_timeout=busy_timeout, gate=expected is None
+            ) as volume,
+        ):
+            if expected is not None:
+                volume.admit(expected)  # again, now that no other volumetool can change it
+            yield volume
+    except KeyboardInterrupt:
+        kept = volume is not None and volume.written
+        raise Interrupted(
+            f"{path}: interrupted; "
+            + (
+                "what was committed before stays, the write under way was rolled back"
+                if kept
+                else "nothing was written"
+            )
+        ) from None
 
 
 def lock_path(path: Path) -> Path:

@@ -424,8 +424,9 @@ class Demo(KillPath):
         )
 
     def recover(self, directory: Path) -> subprocess.CompletedProcess:
-        if (directory / "agent.db").exists():
-            (directory / "agent.db").unlink()
+        # the file and the side files reading it made: demo refuses beside a leftover -wal
+        for name in ("agent.db", "agent.db-wal", "agent.db-shm", "agent.db-journal"):
+            (directory / name).unlink(missing_ok=True)
         return super().recover(directory)
 
 

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import errno
 import importlib
-import sqlite3
+import os
 import sys
 import traceback
+import warnings
+from typing import NoReturn
 
 import click
 
 from volumetool import __version__
-from volumetool.errors import ProblemsFound, from_sqlite
+from volumetool.errors import (
+    Interrupted,
+    ProblemsFound,
+    UntrustedSchemaWarning,
+    VolumetoolError,
+    from_sqlite,
+)
 
 COMMANDS = {
     "init": "volumetool.cli.create:init",
@@ -52,32 +60,78 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context):
         debug = bool(ctx.params.get("debug"))
         try:
-            return super().invoke(ctx)
-        except (click.exceptions.Exit, click.Abort):
+            with warnings.catch_warnings():
+                warnings.simplefilter("always", UntrustedSchemaWarning)
+                warnings.showwarning = _show_warning
+                result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+            return result
+        except click.Abort as exc:
+            if isinstance(exc.__context__, KeyboardInterrupt):  # Ctrl-C at a prompt
+                _fail(Interrupted("interrupted"), debug)
             raise
-        except click.ClickException:
-            if debug:
-                traceback.print_exc()
+        except (click.exceptions.Exit, click.ClickException):
             raise
-        except OSError as exc:
-            if exc.errno == errno.EPIPE:
-                raise  # click quiets a closed pipe (`volumetool runs … | head`)
-            if debug:
-                raise
-            raise ProblemsFound(
-                f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")
-            ) from exc
-        except sqlite3.Error as exc:
-            if debug:
-                raise
-            raise from_sqlite(exc, "database") from exc
+        except KeyboardInterrupt:
+            _fail(Interrupted("interrupted"), debug)
+        except VolumetoolError as exc:
+            _fail(exc, debug)
         except Exception as exc:
-            if debug:
-                raise
-            raise ProblemsFound(
-                f"internal error: {type(exc).__name__}: {exc}",
-                "run with --debug for the traceback, and please report it",
-            ) from exc
+            _fail(_translate(exc), debug)
+
+
+def _translate(exc: Exception) -> VolumetoolError:
+    """What an exception that no layer below translated means for the user."""
+    if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+        # stdout closed early (`volumetool runs … --json | head -1`): the reader has what it
+        # wanted. Every command and format ends the same way: quietly, exit 0.
+        _discard_stdout()
+        raise click.exceptions.Exit(0)
+    if isinstance(exc, OSError):
+        return ProblemsFound(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is not None and isinstance(exc, sqlite3.Error):
+        return from_sqlite(exc, "database")
+    return ProblemsFound(
+        f"internal error: {type(exc).__name__}: {exc}",
+        "run with --debug for the traceback, and please report it",
+    )
+
+
+def show_error(exc: VolumetoolError) -> None:
+    """An error as the user sees it: one line on stderr, control characters escaped."""
+    click.echo(f"volumetool: {_escaped(exc.format_message())}", err=True)
+
+
+def _fail(exc: VolumetoolError, debug: bool) -> NoReturn:
+    """The one place an error ends a command: its line, and its exit code; the traceback
+    first with --debug."""
+    if debug:  # its messages may quote the volume too: escaped line by line
+        lines = traceback.format_exc().splitlines()
+        click.echo("\n".join(_escaped(line) for line in lines), err=True)
+    show_error(exc)
+    raise click.exceptions.Exit(exc.exit_code)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    click.echo(f"volumetool: warning: {_escaped(str(message))}", err=True)
+
+
+def _escaped(text: str) -> str:
+    from volumetool.render import escape_control
+
+    return escape_control(text)
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of what is still
+    buffered cannot fail again on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # not a real file descriptor (a test runner's capture)
 
 
 @click.group(
@@ -89,11 +143,13 @@ class LazyGroup(click.Group):
 def cli(debug: bool) -> None:
     """Inspect, validate, compact, migrate and move the SQLite data volumes of AI agents.
 
-    VOLUME is an agent file or a directory holding agent.db; when omitted, $VOLUMETOOL_VOLUME.
+    VOLUME is an agent file or a directory holding agent.db. $VOLUMETOOL_VOLUME stands in
+    for it when a command is given no argument at all; name the volume whenever you pass more.
 
     \b
     Exit codes: 0 ok · 1 problems found · 2 usage error or unusable input
                 3 schema mismatch (run `volumetool migrate`) · 4 busy, retry later
+                130 interrupted (Ctrl-C; a write under way is rolled back)
 
     \b
     Example:

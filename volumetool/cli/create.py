@@ -6,15 +6,18 @@ import time
 
 import click
 
+from volumetool.cli.options import volume_argument
+
 
 @click.command(short_help="Create a new, empty agent file.")
-@click.argument("volume", required=False, metavar="VOLUME")
+@volume_argument
 @click.option("--name", default="agent", show_default=True, help="The agent's name (identity).")
 def init(volume: str, name: str) -> None:
     """Create a new, empty agent file at the current format, in WAL mode.
 
     VOLUME is the new file, or a directory (existing, or written with a trailing slash) to
-    hold agent.db. An existing file is never overwritten.
+    hold agent.db. An existing file is never overwritten, and no file is made beside a
+    leftover -wal, -shm or -journal (it may hold another database's pages).
 
     \b
     Example:
@@ -28,7 +31,7 @@ def init(volume: str, name: str) -> None:
 
 
 @click.command(short_help="Write a realistic sample volume.")
-@click.argument("volume", required=False, metavar="VOLUME")
+@volume_argument
 @click.option(
     "--sessions",
     type=click.IntRange(min=1),

@@ -11,20 +11,19 @@ from click.core import ParameterSource
 
 from volumetool.cli import terminal
 from volumetool.cli.options import (
+    AFTER_VOLUME,
     busy_timeout_option,
     emit,
     listing_limit,
     note_cut,
     output_options,
     parse_since,
-    require,
-    shift_volume,
     since_option,
     volume_argument,
 )
 
 
-def _open(volume: str | None, busy_timeout: float):
+def _open(volume: str, busy_timeout: float):
     from volumetool.volume import Volume
 
     return Volume(volume, readonly=True, busy_timeout=busy_timeout)
@@ -34,7 +33,7 @@ def _open(volume: str | None, busy_timeout: float):
 @volume_argument
 @click.option("--json", "as_json", is_flag=True, help="The totals as one JSON object.")
 @busy_timeout_option
-def status(volume: str | None, as_json: bool, busy_timeout: float) -> None:
+def status(volume: str, as_json: bool, busy_timeout: float) -> None:
     """/status totals: threads, messages, runs, tokens, memories, audit.
 
     \b
@@ -158,7 +157,7 @@ def sessions(
 
 @click.command(short_help="The replayed transcript of a thread.")
 @volume_argument
-@click.argument("key", required=False)
+@click.argument("key", type=AFTER_VOLUME)
 @click.option(
     "--session",
     "session_id",
@@ -215,10 +214,9 @@ def transcript(
     """
     from volumetool import listings
 
-    volume, key = shift_volume(volume, key)
     view = _conversation_format(view, output, tablefmt)
     with _open(volume, busy_timeout) as vol, vol.snapshot() as conn:
-        rows = listings.transcript(conn, require(key, "KEY"), session_id, full)
+        rows = listings.transcript(conn, key, session_id, full)
         if view is None:
             emit(rows, listings.TRANSCRIPT_FIELDS, output, tablefmt, limit, "messages")
             return

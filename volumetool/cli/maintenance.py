@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 
 import click
 
 from volumetool.cli.options import (
+    AFTER_VOLUME,
     busy_timeout_option,
     emit,
     output_options,
-    require,
-    shift_volume,
     volume_argument,
+    volumes_argument,
     wait_option,
 )
 
 
 @click.command(short_help="Bring agent files to the current format (0.x too).")
-@click.argument("volumes", nargs=-1, metavar="[VOLUME]...")
+@volumes_argument
 @click.option(
     "--list",
     "list_",
@@ -43,7 +42,7 @@ def migrate(
     (agent.db.bak-<UTC timestamp>, never overwriting) and its path printed. Each migration
     runs in its own transaction; integrity_check and foreign_key_check must pass after. A
     failing migration leaves the file as it was before it (exit 1). A file written by a newer
-    volumetool is refused (exit 3).
+    volumetool, or whose schema is not what its migrations define, is refused (exit 3).
 
     \b
     Example:
@@ -51,14 +50,14 @@ def migrate(
       volumetool migrate /srv/agents/*/ --check     # a deploy gate
       volumetool migrate ./vol
     """
+    from volumetool.cli import show_error
     from volumetool.errors import VolumetoolError, worst_exit_code
     from volumetool.migrate import MIGRATION_FIELDS, migration_rows
-    from volumetool.migrate import migrate as run
-    from volumetool.volume import Volume, check_file, resolve, volume_lock
+    from volumetool.volume import Volume, resolve
 
     codes = []
     summary: dict[str, int] = {}
-    for argument in volumes or (None,):
+    for argument in volumes:
         try:
             path = resolve(argument)
             if list_:
@@ -67,37 +66,14 @@ def migrate(
                         click.echo(f"{path}:")
                     emit(migration_rows(vol.schema), MIGRATION_FIELDS, output, tablefmt, limit)
                 continue
-            check_file(path)
-            readonly = check_ or dry_run
-            lock = contextlib.nullcontext() if readonly else volume_lock(path, wait)
-            with (
-                lock,
-                Volume(path, readonly=readonly, busy_timeout=busy_timeout, gate=False) as vol,
-            ):
-                result = run(vol, make_backup=not no_backup, dry_run=readonly)
+            result = _migrate_one(path, check_ or dry_run, not no_backup, wait, busy_timeout)
         except VolumetoolError as exc:
-            exc.show()
+            show_error(exc)
             codes.append(exc.exit_code)
             summary["failed"] = summary.get("failed", 0) + 1
             continue
-        if not result.pending:
-            click.echo(f"{path}: up to date")
-            outcome = "up to date"
-        elif check_:
-            click.echo(f"{path}: {len(result.pending)} pending: {', '.join(result.pending)}")
-            codes.append(1)
-            outcome = "pending"
-        elif dry_run:
-            first = "backup, then " if not no_backup else ""
-            click.echo(
-                f"{path}: would apply ({first}one transaction each): {', '.join(result.pending)}"
-            )
-            outcome = "pending"
-        else:
-            if result.backup:
-                click.echo(f"{path}: backup {result.backup}")
-            click.echo(f"{path}: applied {', '.join(result.applied)}")
-            outcome = "migrated"
+        outcome = _report(result, check_, dry_run, no_backup)
+        codes.append(1 if outcome == "pending" and check_ else 0)
         summary[outcome] = summary.get(outcome, 0) + 1
     if not list_ and len(volumes) > 1:
         click.echo(
@@ -106,9 +82,42 @@ def migrate(
     sys.exit(worst_exit_code(codes))
 
 
+def _migrate_one(path, read_only: bool, make_backup: bool, wait: float, busy_timeout: float):
+    from volumetool.migrate import migrate, recorded_schema
+    from volumetool.volume import Volume, open_for_write
+
+    if read_only:
+        opened = Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False)
+    else:
+        opened = open_for_write(
+            path, busy_timeout=busy_timeout, lock=True, wait=wait, expected=recorded_schema
+        )
+    with opened as vol:
+        return migrate(vol, make_backup=make_backup, dry_run=read_only)
+
+
+def _report(result, check_: bool, dry_run: bool, no_backup: bool) -> str:
+    """One volume's result on stdout; its outcome for the summary."""
+    path, pending = result.path, ", ".join(result.pending)
+    if not result.pending:
+        click.echo(f"{path}: up to date")
+        return "up to date"
+    if check_:
+        click.echo(f"{path}: {len(result.pending)} pending: {pending}")
+        return "pending"
+    if dry_run:
+        first = "backup, then " if not no_backup else ""
+        click.echo(f"{path}: would apply ({first}one transaction each): {pending}")
+        return "pending"
+    if result.backup:
+        click.echo(f"{path}: backup {result.backup}")
+    click.echo(f"{path}: applied {', '.join(result.applied)}")
+    return "migrated"
+
+
 @click.command(short_help="A consistent copy of a live agent file.")
 @volume_argument
-@click.argument("dest", required=False, metavar="DEST|-")
+@click.argument("dest", type=AFTER_VOLUME, metavar="DEST|-")
 @busy_timeout_option
 def backup(volume, dest, busy_timeout) -> None:
     """A consistent copy of a live agent file, taken with SQLite's online backup API while the
@@ -127,8 +136,7 @@ def backup(volume, dest, busy_timeout) -> None:
     from volumetool.errors import UnusableInput
     from volumetool.volume import Volume
 
-    volume, dest = shift_volume(volume, dest)
-    path = backup_destination(require(dest, "DEST"))
+    path = backup_destination(dest)
     if path is None and sys.stdout.isatty():
         raise UnusableInput(
             "refusing to write a database to a terminal",
@@ -144,30 +152,30 @@ def backup(volume, dest, busy_timeout) -> None:
 
 
 @click.command(short_help="Check integrity and consistency.")
-@click.argument("volume", required=False, metavar="[VOLUME]")
+@volume_argument
 @click.option("--json", "as_json", is_flag=True, help="Problems as one JSON array.")
 @busy_timeout_option
 def check(volume, as_json, busy_timeout) -> None:
-    """Check integrity and consistency: SQLite's integrity_check and foreign keys, more than
-    one active thread per key, messages folded by something other than a compaction run of
-    their thread, audit details that are not JSON objects. One line per problem, with the
-    table and row ids; exit 1 when anything is found.
+    """Check integrity and consistency: SQLite's integrity_check and foreign keys, schema
+    objects the format does not define (or lacks), more than one active thread per key,
+    messages folded by something other than a compaction run of their thread, audit details
+    that are not JSON objects. One line per problem, with the table and row ids; exit 1 when
+    anything is found, a damaged file included.
 
     \b
     Example:
       volumetool check ./vol --json
     """
     from volumetool.check import check_volume
-    from volumetool.volume import Volume
+    from volumetool.render import escape_control
 
-    with Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol:
-        found = check_volume(vol)
+    path, found = check_volume(volume, busy_timeout)
     if as_json:
         click.echo(json.dumps([p.as_dict() for p in found], indent=2, ensure_ascii=False))
     else:
         for problem in found:
-            click.echo(f"{vol.path}: {problem.line()}")
+            click.echo(escape_control(f"{path}: {problem.line()}"))
     if found:
-        click.echo(f"volumetool: {vol.path}: {len(found)} problem(s)", err=True)
+        click.echo(f"volumetool: {escape_control(str(path))}: {len(found)} problem(s)", err=True)
         sys.exit(1)
-    click.echo(f"volumetool: {vol.path}: ok", err=True)
+    click.echo(f"volumetool: {escape_control(str(path))}: ok", err=True)

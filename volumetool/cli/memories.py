@@ -7,12 +7,12 @@ import sys
 import click
 
 from volumetool.cli.options import (
+    AFTER_VOLUME,
+    WholeWrites,
     busy_timeout_option,
     emit,
     listing_limit,
     output_options,
-    require,
-    shift_volume,
     volume_argument,
 )
 
@@ -50,7 +50,7 @@ def list_(volume, prefix, output, tablefmt, limit, busy_timeout) -> None:
 
 @memories.command(short_help="Print one memory's raw value.")
 @volume_argument
-@click.argument("key", required=False)
+@click.argument("key", type=AFTER_VOLUME)
 @busy_timeout_option
 def get(volume, key, busy_timeout) -> None:
     """Print the raw value of one memory (exit 1 when there is none); on a terminal, with
@@ -64,16 +64,15 @@ def get(volume, key, busy_timeout) -> None:
     from volumetool.render import escape_control
     from volumetool.volume import Volume
 
-    volume, key = shift_volume(volume, key)
     with Volume(volume, busy_timeout=busy_timeout) as vol, vol.translating():
-        value = get_memory(vol.conn, require(key, "KEY"))
+        value = get_memory(vol.conn, key)
     sys.stdout.write(escape_control(value) + "\n" if sys.stdout.isatty() else value)
 
 
 @memories.command(name="remember", short_help="Save or update a memory (audited).")
 @volume_argument
-@click.argument("key", required=False)
-@click.argument("value", required=False)
+@click.argument("key", type=AFTER_VOLUME)
+@click.argument("value", type=AFTER_VOLUME)
 @busy_timeout_option
 def remember_(volume, key, value, busy_timeout) -> None:
     """Save or update a memory, with its audit event (actor volumetool), as the agent's own
@@ -84,17 +83,18 @@ def remember_(volume, key, value, busy_timeout) -> None:
       volumetool memories remember ./vol deploy_region 'always deploy to us-east'
     """
     from volumetool.memories import remember
-    from volumetool.volume import Volume
+    from volumetool.volume import open_for_write
 
-    volume, key, value = shift_volume(volume, key, value)
-    key, value = require(key, "KEY"), require(value, "VALUE")
-    with Volume(volume, readonly=False, busy_timeout=busy_timeout) as vol, vol.write() as conn:
+    with (
+        open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol,
+        vol.write() as conn,
+    ):
         remember(conn, key, value)
 
 
 @memories.command(name="forget", short_help="Delete a memory (audited).")
 @volume_argument
-@click.argument("key", required=False)
+@click.argument("key", type=AFTER_VOLUME)
 @busy_timeout_option
 def forget_(volume, key, busy_timeout) -> None:
     """Delete a memory, with its audit event (exit 1 when there is none).
@@ -104,11 +104,13 @@ def forget_(volume, key, busy_timeout) -> None:
       volumetool memories forget ./vol oncall_channel
     """
     from volumetool.memories import forget
-    from volumetool.volume import Volume
+    from volumetool.volume import open_for_write
 
-    volume, key = shift_volume(volume, key)
-    with Volume(volume, readonly=False, busy_timeout=busy_timeout) as vol, vol.write() as conn:
-        forget(conn, require(key, "KEY"))
+    with (
+        open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol,
+        vol.write() as conn,
+    ):
+        forget(conn, key)
 
 
 @memories.command(short_help="Export every memory (jsonl or json).")
@@ -149,8 +151,9 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     with Volume(volume, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
         name = vol.agent_name()
         if output_path == "-":
-            count = write_export(conn, sys.stdout.buffer, fmt, name)
-            sys.stdout.buffer.flush()
+            stdout = WholeWrites(sys.stdout.buffer)
+            count = write_export(conn, stdout, fmt, name)
+            stdout.flush()
         else:
             target = Path(output_path)
             with staged_file(target, mode=0o600, replace=True) as tmp, open(tmp, "wb") as out:
@@ -164,7 +167,7 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
 
 @memories.command(name="import", short_help="Import memories, all or nothing.")
 @volume_argument
-@click.argument("file", required=False, metavar="FILE|-")
+@click.argument("file", type=AFTER_VOLUME, metavar="FILE|-")
 @click.option(
     "--on-conflict",
     type=click.Choice(["fail", "skip", "overwrite"]),
@@ -194,11 +197,14 @@ def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
     from volumetool.errors import UnusableInput
     from volumetool.memories import apply_import, plan_import, stage_import
     from volumetool.render import escape_control
-    from volumetool.volume import Volume
+    from volumetool.volume import Volume, open_for_write
 
-    volume, file = shift_volume(volume, file)
-    file = require(file, "FILE")
-    with Volume(volume, readonly=dry_run, busy_timeout=busy_timeout) as vol:
+    opened = (
+        Volume(volume, busy_timeout=busy_timeout)
+        if dry_run
+        else open_for_write(volume, busy_timeout=busy_timeout, lock=False)
+    )
+    with opened as vol:
         try:
             source = sys.stdin.buffer if file == "-" else open(file, "rb")  # noqa: SIM115
         except OSError as exc:

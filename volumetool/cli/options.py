@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from typing import BinaryIO
 
 import click
 
+from volumetool import VOLUME_ENV
 from volumetool.render import OutputFormat, render
 
 DEFAULT_LIMIT = 100
@@ -52,22 +55,71 @@ def wait_option(f: Callable) -> Callable:
     )(f)
 
 
+class _Volume(click.ParamType):
+    name = "volume"
+
+    def get_missing_message(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return f"Name an agent file or a volume directory, or set ${VOLUME_ENV}."
+
+
+class _AfterVolume(click.ParamType):
+    """An argument that follows VOLUME (KEY, VALUE, FILE, DEST)."""
+
+    name = "text"
+
+    def get_missing_message(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        if os.environ.get(VOLUME_ENV):
+            return (
+                f"${VOLUME_ENV} stands in for VOLUME only when a command is given no argument "
+                "at all: name the volume too."
+            )
+        return ""
+
+
+AFTER_VOLUME = _AfterVolume()
+
+
 def volume_argument(f: Callable) -> Callable:
-    return click.argument("volume", required=False, metavar="[VOLUME]")(f)
+    """VOLUME, the first positional argument. $VOLUMETOOL_VOLUME stands in for it only when no
+    positional argument at all is given, and nothing is ever shifted: with more arguments the
+    first is always VOLUME, so a missing one is a usage error naming it, never a key or a value
+    taken for another (SPEC: arguments that cannot write to the wrong place)."""
+    return click.argument("volume", envvar=VOLUME_ENV, type=_Volume(), metavar="VOLUME")(f)
 
 
-def shift_volume(*positional: str | None) -> tuple[str | None, ...]:
-    """VOLUME may be omitted in favour of $VOLUMETOOL_VOLUME: when the arguments after it come
-    one short, every value moves one place right and VOLUME is left to the environment."""
-    if positional[-1] is None and positional[0] is not None:
-        return (None, *positional[:-1])
-    return positional
+def volumes_argument(f: Callable) -> Callable:
+    """VOLUME... of the commands that take many (migrate, compact): $VOLUMETOOL_VOLUME when
+    none is given."""
+
+    def from_environment(ctx: click.Context, param: click.Parameter, value: tuple) -> tuple:
+        if value:
+            return value
+        if os.environ.get(VOLUME_ENV):
+            return (os.environ[VOLUME_ENV],)
+        raise click.MissingParameter(ctx=ctx, param=param)
+
+    return click.argument(
+        "volumes", nargs=-1, type=_Volume(), metavar="VOLUME...", callback=from_environment
+    )(f)
 
 
-def require(value: str | None, name: str) -> str:
-    if value is None:
-        raise click.UsageError(f"Missing argument '{name}'.")
-    return value
+class WholeWrites:
+    """A binary stream that writes every byte or raises. Python's buffered stdout may take
+    part of a large write and drop the rest when the pipe closes under it (`… | head`); here
+    the rest is written again, so a closed pipe raises BrokenPipeError and the command ends
+    the way every command does on a closed stdout."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        while view:
+            view = view[self.stream.write(view) :]
+        return len(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def since_option(what: str) -> Callable:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from volumetool.cli.options import busy_timeout_option, require, shift_volume, volume_argument
+from volumetool.cli.options import AFTER_VOLUME, busy_timeout_option, volume_argument
 
 
 @click.group(short_help="/new and /reset.")
@@ -19,7 +19,7 @@ def thread() -> None:
 
 @thread.command()
 @volume_argument
-@click.argument("key", required=False)
+@click.argument("key", type=AFTER_VOLUME)
 @busy_timeout_option
 def new(volume, key, busy_timeout) -> None:
     """/new: archive the active thread under KEY and start an empty one under the same key.
@@ -30,11 +30,13 @@ def new(volume, key, busy_timeout) -> None:
       volumetool thread new ./vol 'discord:1234/5678'
     """
     from volumetool.threads import new_thread
-    from volumetool.volume import Volume
+    from volumetool.volume import open_for_write
 
-    volume, key = shift_volume(volume, key)
-    with Volume(volume, readonly=False, busy_timeout=busy_timeout) as vol, vol.write() as conn:
-        old, fresh = new_thread(conn, require(key, "KEY"))
+    with (
+        open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol,
+        vol.write() as conn,
+    ):
+        old, fresh = new_thread(conn, key)
     click.echo(
         f"volumetool: archived thread {old}; thread {fresh} is now active under {key}", err=True
     )
@@ -42,7 +44,7 @@ def new(volume, key, busy_timeout) -> None:
 
 @thread.command()
 @volume_argument
-@click.argument("key", required=False)
+@click.argument("key", type=AFTER_VOLUME)
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @busy_timeout_option
 def reset(volume, key, yes, busy_timeout) -> None:
@@ -55,11 +57,9 @@ def reset(volume, key, yes, busy_timeout) -> None:
       volumetool thread reset ./vol 'telegram:5531918843' --yes
     """
     from volumetool.threads import active_thread, count_messages, reset_thread
-    from volumetool.volume import Volume
+    from volumetool.volume import open_for_write
 
-    volume, key = shift_volume(volume, key)
-    key = require(key, "KEY")
-    with Volume(volume, readonly=False, busy_timeout=busy_timeout) as vol:
+    with open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol:
         if not yes:
             with vol.snapshot() as conn:
                 session, _ = active_thread(conn, key)
