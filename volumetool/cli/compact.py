@@ -8,11 +8,11 @@ import sys
 
 import click
 
-from volumetool.cli.options import busy_timeout_option, wait_option
+from volumetool.cli.options import busy_timeout_option, volumes_argument, wait_option
 
 
 @click.command(short_help="Summarize long threads, by hand or from cron.")
-@click.argument("volumes", nargs=-1, metavar="[VOLUME]...")
+@volumes_argument
 @click.option(
     "--config",
     "config_file",
@@ -186,7 +186,7 @@ def compact(
             for bar in bars:
                 bar.update(1)
 
-        outcomes, code = run(list(volumes) or [None], request, on_planned=planned, on_done=done)
+        outcomes, code = run(list(volumes), request, on_planned=planned, on_done=done)
     if output:
         from volumetool.render import OutputFormat, render
 

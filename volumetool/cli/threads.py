@@ -1,4 +1,4 @@
-"""thread new|reset: /new and /reset from the shell."""
+"""thread new|reset|undo: /new and /reset from the shell, and taking a compaction back."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import click
 from volumetool.cli.options import AFTER_VOLUME, busy_timeout_option, volume_argument
 
 
-@click.group(short_help="/new and /reset.")
+@click.group(short_help="/new, /reset and undoing a compaction.")
 def thread() -> None:
-    """End a conversation: /new archives it, /reset deletes its transcript.
+    """End a conversation (/new archives it, /reset deletes its transcript), or take back its
+    latest compaction (undo).
 
     \b
     Example:
       volumetool thread new ./vol 'discord:1234/5678'
+      volumetool thread undo ./vol 'discord:1234/5678' --yes
     """
 
 
@@ -73,4 +75,50 @@ def reset(volume, key, yes, busy_timeout) -> None:
             session, deleted = reset_thread(conn, key)
     click.echo(
         f"volumetool: deleted {deleted} message(s) and the summary of thread {session}", err=True
+    )
+
+
+@thread.command()
+@volume_argument
+@click.argument("key", type=AFTER_VOLUME)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@busy_timeout_option
+def undo(volume, key, yes, busy_timeout) -> None:
+    """Reverse the latest compaction of the active thread under KEY: the messages it folded
+    are live again and the summary before it is back (its run stays: its cost was real).
+    Repeat to go further back. One transaction, safe beside the running agent: messages it
+    appended since stay where they are. Asks first unless --yes; without an answer nothing
+    changes. Exit 1 when there is no active thread or nothing to undo.
+
+    \b
+    Example:
+      volumetool transcript ./vol 'telegram:5531918843' --full   # the history first
+      volumetool thread undo ./vol 'telegram:5531918843' --yes
+    """
+    from volumetool.compaction.undo import plan_undo
+    from volumetool.compaction.undo import undo as reverse
+    from volumetool.volume import open_for_write
+
+    with open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol:
+        if not yes:
+            with vol.snapshot() as conn:
+                plan = plan_undo(conn, key)
+            click.confirm(
+                f"Undo compaction run {plan.run_id} of thread {plan.session_id}: "
+                f"{plan.messages} message(s) live again, "
+                + (
+                    f"the summary of run {plan.restored_run_id} back?"
+                    if plan.restored_run_id
+                    else "no summary?"
+                ),
+                abort=True,
+                err=True,
+            )
+        with vol.write() as conn:
+            done = reverse(conn, key)
+    click.echo(
+        f"volumetool: undid compaction run {done.run_id} of thread {done.session_id}: "
+        f"{done.messages} message(s) live again"
+        + (f", the summary of run {done.restored_run_id} back" if done.restored_run_id else ""),
+        err=True,
     )

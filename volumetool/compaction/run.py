@@ -49,7 +49,7 @@ from volumetool.render import escape_control, one_line
 from volumetool.settings import API_DEFAULTS, AgentConfig, base_url_problem
 from volumetool.timefmt import iso, now_iso
 from volumetool.usage import Usage
-from volumetool.volume import Volume, resolve, volume_lock
+from volumetool.volume import Volume, open_for_write
 
 
 @dataclass(frozen=True)
@@ -420,14 +420,13 @@ async def summarize_all(
 
 
 def open_volume(argument: str | None, request: Request, stack: contextlib.ExitStack) -> Volume:
-    """Check the file, then take the volume lock (never for a dry run), then use it."""
-    path = resolve(argument)
-    volume = stack.enter_context(
-        Volume(path, readonly=request.dry_run, busy_timeout=request.busy_timeout)
+    """A dry run reads; a real one opens for writing the one way every write command does:
+    check the file, then take the volume lock (no two compactions of a volume overlap)."""
+    if request.dry_run:
+        return stack.enter_context(Volume(argument, busy_timeout=request.busy_timeout))
+    return stack.enter_context(
+        open_for_write(argument, busy_timeout=request.busy_timeout, lock=True, wait=request.wait)
     )
-    if not request.dry_run:
-        stack.enter_context(volume_lock(path, request.wait))
-    return volume
 
 
 def compact(
