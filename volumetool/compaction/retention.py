@@ -27,22 +27,23 @@ corpus in tests/data/retention (good and lossy summaries of 48 folds; see BENCHM
   cost") are not demanded. Neither are weekday names and relative dates ("Monday",
   "tomorrow"), which a summary may rightly turn into a date, nor the time of day inside a
   machine timestamp (`2026-11-30T05:27:20Z` demands its day only).
-- **Matching is normalised.** Case; thousands separators (`1,200` = `1200` = `1 200` = `1.200`:
-  one dot or comma before exactly three digits groups them unless the integer part is 0); a
-  decimal comma (`0,4 %` = `0.4%`) and `.00` (`12528.00` = `12 528`); units and their
-  spellings in English, German, Spanish, French, Portuguese and Japanese, durations by their
-  total (`4m12s` = `4 min 12 s` = `252 s`, `45 min` = `45 Minuten` = `45分`); currencies by
-  symbol, code or name (`$` = `USD`, `€` = `EUR` = `euros`); dates by their day in any of
-  those formats (`2026-11-30` = `30.11.2026` = `Nov 30, 2026` = `30 de noviembre de 2026` =
-  `2026年11月30日`; a date without a year matches that day in any year, a full date with
-  another year does not; the summary may also write `30/11` or `30.11`); times as 24-hour
-  `HH:MM` (`9:30 pm` = `21:30` = `21h30` = `21 Uhr 30` is not, `21.30 Uhr` is); URLs without
-  their scheme, `www.` and trailing slash; Windows paths with either slash; snake_case names
-  and memory keys with `_`, `-` or a space; a git hash by a prefix of at least 7 characters;
-  `#204` by `PR 204`.
+- **Matching is normalised.** The summary is read with the same extractor, and a fact is
+  found when the summary holds the same value or name. Values are compared normalised: case;
+  thousands separators (`1,200` = `1200` = `1 200` = `1.200`: one dot or comma before exactly
+  three digits groups them unless the integer part is 0); a decimal comma (`0,4 %` = `0.4%`)
+  and zero cents (`12528.00` = `12 528`); units in English, German, Spanish, French,
+  Portuguese and Japanese, durations by their total (`4m12s` = `4 min 12 s` = `252 s`,
+  `45 min` = `45 Minuten` = `45分`); currencies by symbol, code or name (`$` = `USD`,
+  `€` = `EUR` = `euros`); dates by their day in any of those formats (`2026-11-30` =
+  `30.11.2026` = `Nov 30, 2026` = `30 de noviembre de 2026` = `2026年11月30日`; a summary may
+  drop the year or write `30/11`, but another year is another date); times as 24-hour
+  `HH:MM` (`9:30 pm` = `21:30` = `21h30`). Names: URLs without their scheme, `www.` and
+  trailing slash; a path also by a longer path that ends with it; Windows paths with either
+  slash; a git hash by a prefix of at least 7 characters; `#204` by `PR 204`. Code spans are
+  found as text; snake_case names and memory keys also with `-` or spaces between words.
 - **No false finds.** Values are compared as values, never as substrings (the fact `20` is
-  not in `2026`), with their unit (`16 GB` is not in `16 MB`, though a bare `16` is), and text
-  only between token boundaries (`JIRA-123` is not in `JIRA-1234`, `v1.2` not in `v1.2.3`,
+  not in `2026`), with their unit (`16 GB` is not in `16 MB`, though a bare `16` is), and
+  names whole (`JIRA-123` is not in `JIRA-1234`, `v1.2` not in `v1.2.3`,
   `deploy/values.yaml` not in `deploy/values.yaml.bak`, `fct_pedidos` not in
   `not_null_fct_pedidos_customer_id`).
 - **Counted missing.** Spelled-out numbers ("two days"), rounded figures ("about 4 minutes"
@@ -134,6 +135,7 @@ def _words(text: str) -> tuple[str, ...]:
 
 
 _UNITS: dict[str, tuple[str, Decimal]] = {}  # spelling -> canonical unit, factor to it
+# "25日" is the 25th, "25日間" 25 days; a month (月) and a year (年) are parts of dates.
 _UNIT_TABLE = (
     ("%", "1", "% percent pct prozent パーセント"),
     ("%", "1", "per\u00a0cent por\u00a0ciento pour\u00a0cent por\u00a0cento"),
@@ -143,8 +145,8 @@ _UNIT_TABLE = (
     ("s", "1", "seconde secondes 秒"),
     ("s", "60", "min mins min. minute minutes minuten minuto minutos 分 分間"),
     ("s", "3600", "h hr hrs hour hours std std. stunde stunden hora horas heure heures 時間"),
-    ("s", "86400", "d day days tag tage tagen día días dia dias jour jours 日 日間"),
-    ("s", "604800", "wk wks week weeks woche wochen semana semanas semaine semaines 週 週間"),
+    ("s", "86400", "d day days tag tage tagen día días dia dias jour jours 日間"),  # not 日
+    ("s", "604800", "wk wks week weeks woche wochen semana semanas semaine semaines 週間"),
     ("month", "1", "month months monat monate monaten mes meses mois か月 ヶ月 カ月"),
     ("year", "1", "year years yr yrs jahr jahre jahren año años ano anos an ans"),
 )
@@ -226,12 +228,10 @@ _END = r"(?![A-Za-z0-9_])"
 _WORD_END = "(?![A-Za-zÀ-ÖØ-öø-ÿ])"  # "01 são" holds no seconds; "16GBの" is 16 GB
 _MONTH = f"(?:(?i:{_alternation(_MONTHS)})|May)"
 # "41D" is a seat, not 41 days: one-letter units count in lower case only.
-_TIME_UNIT = _alternation(u for u, (c, _) in _UNITS.items() if c == "s" and len(u) > 1)
+_SPELLED = [u for u in _UNITS if len(u) > 1 or not u.isascii() or not u.isalpha()]
+_TIME_UNIT = _alternation(u for u in _SPELLED if _UNITS[u][0] == "s")
 _TIME_UNIT = f"(?:(?i:{_TIME_UNIT})|[shd])"
-_OTHER_UNIT = _alternation(
-    [u for u, (c, _) in _UNITS.items() if c != "s" and (len(u) > 1 or not u.isalpha())]
-    + [c for c in _CURRENCIES if c != "sek"]
-)
+_OTHER_UNIT = _alternation([u for u in _SPELLED if _UNITS[u][0] != "s"] + list(_CURRENCIES))
 _JOIN = rf"(?:{_SP}?(?:(?:and|und|y|e|et){_SP})?)"
 # A number and what follows it, parsed once: a unit, a currency, or the parts of a duration
 # ("4 min 12 s", "2 horas y 30 minutos", "4分12秒").
@@ -249,7 +249,7 @@ _BRANCHES = {
     "url": rf"(?:[A-Za-z][A-Za-z0-9+.\-]{{1,15}}://|www\.){_URL_CHARS}+",
     "email": r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}" + _END,
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _END,
-    "winpath": r"[A-Za-z]:\\[^\s\\:*?\"<>|`']+(?:\\[^\s\\:*?\"<>|`']+)*\\?",
+    "winpath": r"[A-Za-z]:[\\/][^\s\\/:*?\"<>|`']+(?:[\\/][^\s\\/:*?\"<>|`']+)*[\\/]?",
     "abspath": rf"(?:~|\.{{1,2}})?(?:/{_PATH_CHARS}+)+/?",
     "isodate": r"\d{4}(?:-\d{1,2}-|/\d{1,2}/|\.\d{1,2}\.)\d{1,2}"
     r"(?:T\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?(?![0-9])",
@@ -315,14 +315,14 @@ _TRIGGER = re.compile(
     r"|(?<=~)(?=/)|(?<=\+)(?=[0-9])|(?<=[A-Za-z0-9]_)(?=[A-Za-z0-9])"
     r"|(?<=[A-Za-z0-9]\.)(?=[A-Za-z])|(?<=:)(?=//|\\)|(?<=[a-z][A-Z])(?=[a-z0-9]))"
 )
+_CAPITALS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ$")
 _ASCII_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _TOKEN_CHARS = _ASCII_WORD | frozenset(".-@%+:/\\#$~€£¥₹")
 _LEADING_WORDS = frozenset(_MONTHS) | {"may", *(p.casefold() for p in _CURRENCY_PREFIXES)}
-_FENCE = re.compile(r"```[^\n]*\n?(.*?)(?:```|\Z)", re.S)
+_FENCE = re.compile(r"```(.*?)(?:```|\Z)", re.S)
 _SPACE = re.compile(r"\s+")
 _SEPARATORS = re.compile(r"[\s_\-]+")
 _SCHEME = re.compile(r"^(?:[a-z][a-z0-9+.\-]*://)?(?:www\.)?")
-_WWW = re.compile(r"(?<![A-Za-z0-9_.\-])www\.")
 _TRAILING = ".,;:!?)]}'\"»」』。、"
 _REFUSAL = re.compile(
     r"\W*(?:i'?m |i am )?(?:so |very |really )?(?:sorry|unable|not able|afraid)"
@@ -615,7 +615,7 @@ def _code(text: str) -> list[_Token]:
     if whole is not None:
         return list(_parsed(whole.lastgroup or "", inner))
     if len(inner) > CODE_SPAN_MAX_CHARS:
-        return list(_tokens(inner))
+        return _tokens(inner)
     return _named("code", inner, _normal(inner))
 
 
@@ -662,8 +662,9 @@ def _parsed(branch: str, text: str) -> tuple[_Token, ...]:
     return tuple(_HANDLERS[branch](text))
 
 
-def _tokens(text: str) -> Iterator[_Token]:
+def _tokens(text: str) -> list[_Token]:
     """The candidate facts of a text, left to right."""
+    tokens: list[_Token] = []
     pos = 0
     search = _TRIGGER.search
     while (trigger := search(text, pos)) is not None:
@@ -671,8 +672,9 @@ def _tokens(text: str) -> Iterator[_Token]:
         if match is None:
             pos = trigger.start() + 1
             continue
-        yield from _parsed(match.lastgroup or "", match[0])
+        tokens.extend(_parsed(match.lastgroup or "", match[0]))
         pos = match.end()
+    return tokens
 
 
 def _fact_at(text: str, i: int, floor: int) -> re.Match[str] | None:
@@ -682,7 +684,7 @@ def _fact_at(text: str, i: int, floor: int) -> re.Match[str] | None:
     while start > floor and text[start - 1] in _TOKEN_CHARS:
         start -= 1
     if text[start].isdigit():
-        before = _word_before(text, start, floor)
+        before = _word_before(text, start, floor) if _may_follow_a_word(text, start) else None
         if before is not None and (match := _SCAN.match(text, before)) is not None:
             return match
         if start == i:  # the common case: a number starts a word
@@ -693,6 +695,12 @@ def _fact_at(text: str, i: int, floor: int) -> re.Match[str] | None:
             if (match := scan.match(text, k)) is not None:
                 return match
     return None
+
+
+def _may_follow_a_word(text: str, start: int) -> bool:
+    """Whether the number at start may belong to the word before it: a day after its month
+    has one or two digits ("Nov 30"), an amount follows a currency code in capitals."""
+    return not text[start + 2 : start + 3].isdigit() or text[start - 2 : start - 1] in _CAPITALS
 
 
 def _word_before(text: str, start: int, floor: int) -> int | None:
@@ -717,15 +725,15 @@ class _Facts:
         self.facts: list[Fact] = []
 
     def add(self, fact: Fact) -> None:
-        identity = (_MATCHER.get(fact.kind, "text"), fact.key)
+        identity = (_MATCHER.get(fact.kind, "name"), fact.key)
         if identity not in self.seen:
             self.seen.add(identity)
             self.facts.append(fact)
 
     def add_tokens(self, tokens: Iterable[_Token]) -> None:
-        for token in tokens:
-            if token.significant:
-                self.add(token.fact)
+        for fact, significant, _ in tokens:
+            if significant:
+                self.add(fact)
 
     def add_text(self, text: str, limit: int | None = TEXT_MAX_CHARS) -> None:
         """The facts a text states; none when it is longer than limit (material it quotes)."""
@@ -734,7 +742,10 @@ class _Facts:
         start = 0
         for fence in _FENCE.finditer(text):
             self.add_tokens(_tokens(text[start : fence.start()]))
-            lines = [line.strip() for line in fence[1].splitlines() if line.strip()]
+            lines = fence[1].splitlines()
+            if len(lines) > 1 and " " not in lines[0].strip():
+                lines = lines[1:]  # the first line names the language: ```sh
+            lines = [line.strip() for line in lines if line.strip()]
             if len(lines) <= FENCE_MAX_LINES:  # a command, not a listing
                 for line in lines:
                     self.add_tokens(_code(f"`{line}`"))
@@ -749,15 +760,20 @@ class _Facts:
         if message.role == "tool":
             return  # the world's answer: what matters of it, the agent says in its reply
         self.add_text(message.content or "")
-        for name, arguments in _calls(message.tool_calls):
+        tool_calls = message.tool_calls or ""
+        if "remember" not in tool_calls and "forget" not in tool_calls:
+            return
+        for name, arguments in _calls(tool_calls):
             if name in ("remember", "forget") and isinstance(arguments, dict):
                 self.add_memory_key(arguments.get("key"))
 
 
 def _calls(tool_calls: str | None) -> Iterator[tuple[str, Any]]:
     """Each call's name and decoded arguments, in the OpenAI or the Anthropic shape."""
+    if not tool_calls:
+        return
     try:
-        calls = json.loads(tool_calls or "[]")
+        calls = json.loads(tool_calls)
     except ValueError:
         return
     for call in calls if isinstance(calls, list) else [calls]:
@@ -802,9 +818,7 @@ _MATCHER = {
     "hash": "hash",
     "identifier": "separated",
     "memory": "separated",
-    "url": "strict",
-    "email": "strict",
-    "host": "strict",
+    "code": "substring",
 }
 
 
@@ -819,15 +833,18 @@ def is_refusal(summary: str) -> bool:
 
 
 class _Summary:
-    """A summary read once, so that each fact is a lookup or a substring search."""
+    """A summary read once with the same extractor, so that each fact is a lookup: a value by
+    its keys, a name (URL, path, e-mail, ticket, id) by its normalised text. Code and names
+    that may be written with other separators are searched in the text."""
 
     def __init__(self, summary: str) -> None:
         self.text = _normal(summary)
-        self.web = _WWW.sub("", self.text)
         self.keys: set[str] = set()
+        self.names: set[str] = set()
         self.hashes: list[str] = []
         for token in _tokens(summary.replace("`", " ")):
             self.keys.update(token.offers)
+            self.names.update(_names(token.fact))
             if token.fact.kind == "hash":
                 self.hashes.append(token.fact.key)
         # "25/11", "30.11": read generously on this side only, where a wrong reading can make
@@ -835,61 +852,50 @@ class _Summary:
         for first, second in _SHORT_DATE.findall(summary):
             for day, month in ((int(first), int(second)), (int(second), int(first))):
                 if 1 <= day <= 31 and 1 <= month <= 12:
-                    self.keys.add(f"dp:--{month:02d}-{day:02d}")
+                    self.keys.update((f"d:--{month:02d}-{day:02d}", f"dp:--{month:02d}-{day:02d}"))
 
     def holds(self, fact: Fact) -> bool:
         if fact.key in self.keys or any(k in self.keys for k in fact.also):
             return True
-        matcher = _MATCHER.get(fact.kind, "text")
-        if matcher == "value":
-            return False
+        matcher = _MATCHER.get(fact.kind, "name")
+        if matcher == "name":  # a ticket written in lower case is no longer read as one
+            return fact.key in self.names or (
+                fact.kind in ("ticket", "id") and _occurs(fact.key, self.text)
+            )
         if matcher == "hash":
             return any(h.startswith(fact.key) or fact.key.startswith(h) for h in self.hashes)
         if matcher == "separated":  # deploy_region = deploy-region = "deploy region"
             words = _SEPARATORS.split(fact.key.strip(" _-"))
-            return any(_occurs(sep.join(words), self.text, attribute=True) for sep in "_- ")
-        if matcher == "strict":
-            return _occurs(fact.key, self.web, strict=True)
-        return _occurs(fact.key, self.text)
+            return any(_occurs(sep.join(words), self.text) for sep in "_- ")
+        return matcher == "substring" and _occurs(fact.key, self.text)
 
 
-def _occurs(needle: str, text: str, strict: bool = False, attribute: bool = False) -> bool:
-    """Whether needle occurs in text between token boundaries: `JIRA-123` is not in
-    `JIRA-1234`. Strict: `x.com` is not in `mail.x.com` either. Attribute: `OrderService` is
-    in `OrderService.create`."""
+def _names(fact: Fact) -> Iterator[str]:
+    """The normalised names a summary's fact stands for: a path also names its tail
+    (/srv/app/deploy/values.yaml names deploy/values.yaml), a URL also its host."""
+    if _MATCHER.get(fact.kind, "name") != "name":
+        return
+    yield fact.key
+    if fact.kind == "path":
+        yield from (fact.key[i + 1 :] for i, c in enumerate(fact.key) if c == "/")
+    elif fact.kind == "url":
+        yield fact.key.split("/", 1)[0]
+
+
+def _occurs(needle: str, text: str) -> bool:
+    """Whether needle occurs in text between word boundaries: `deploy_region` is not in
+    `deploy_regions`, `OrderService` is in `OrderService.create`."""
     if not needle:
         return False
-    check_left, check_right = _is_word(needle[0]), _is_word(needle[-1])
+    check_left, check_right = needle[0] in _ASCII_WORD, needle[-1] in _ASCII_WORD
     start = text.find(needle)
     while start >= 0:
         end = start + len(needle)
-        if (not check_left or _left_ok(text, start, strict)) and (
-            not check_right or _right_ok(text, end, attribute)
-        ):
+        left = not check_left or start == 0 or text[start - 1] not in _ASCII_WORD
+        if left and (not check_right or end == len(text) or text[end] not in _ASCII_WORD):
             return True
         start = text.find(needle, start + 1)
     return False
-
-
-def _is_word(char: str) -> bool:
-    return char in _ASCII_WORD
-
-
-def _left_ok(text: str, start: int, strict: bool) -> bool:
-    if start == 0:
-        return True
-    before = text[start - 1]
-    joined = strict and before in ".-@" and start >= 2 and _is_word(text[start - 2])
-    return not _is_word(before) and not joined
-
-
-def _right_ok(text: str, end: int, attribute: bool) -> bool:
-    if end >= len(text):
-        return True
-    after = text[end]
-    joins = ":@" if attribute else ".-/:@"
-    joined = after in joins and end + 1 < len(text) and _is_word(text[end + 1])
-    return not _is_word(after) and not joined
 
 
 def retention_of(facts: Sequence[Fact], summary: str) -> Retention:
