@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -363,6 +364,17 @@ def test_a_long_text_and_a_fenced_listing_add_no_facts_but_a_fenced_command_does
     command = "Run this:\n```sh\nairflow dags backfill daily_etl -s 2026-11-28\n```"
     found = extract_facts([log, listing, command])
     assert [f.text for f in found] == ["airflow dags backfill daily_etl -s 2026-11-28"]
+
+
+def test_a_blob_adds_no_facts_and_a_long_run_costs_linear_time():
+    blob = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB" * 40
+    assert facts(f"Logo: {blob} for ticket OPS-4471.") == ["OPS-4471"]
+    runs = ["a." * 50_000, "a/" * 50_000, "a_" * 50_000, "+1 " * 30_000, "1:2:" * 25_000]
+    started = time.perf_counter()
+    for run in runs:
+        facts_of_fold(run, [])
+        retention_of(extract_facts(["Order 4471."]), run)
+    assert time.perf_counter() - started < 10  # each is quadratic without the blob rule: minutes
 
 
 def test_the_previous_summary_counts_whatever_its_length():

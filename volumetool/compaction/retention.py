@@ -73,6 +73,8 @@ if TYPE_CHECKING:
 TEXT_MAX_CHARS = 4_000
 FENCE_MAX_LINES = 2
 CODE_SPAN_MAX_CHARS = 80
+FACT_MAX_CHARS = 1_000  # a longer match (a path of a thousand segments) is a blob
+BLOB_CHARS = 256  # a run of word and address characters this long without a break
 MISSING_SHOWN = 20
 REFUSAL_MAX_CHARS = 400
 
@@ -317,7 +319,9 @@ _TRIGGER = re.compile(
 )
 _CAPITALS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ$")
 _ASCII_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-_TOKEN_CHARS = _ASCII_WORD | frozenset(".-@%+:/\\#$~€£¥₹")
+_ADDRESS_MARKS = ".-@%+:/\\#$~€£¥₹"  # what joins the words of an address, an id or an amount
+_TOKEN_CHARS = _ASCII_WORD | frozenset(_ADDRESS_MARKS)
+_TOKEN_BREAK = re.compile(f"[^A-Za-z0-9_{re.escape(_ADDRESS_MARKS)}]")
 _LEADING_WORDS = frozenset(_MONTHS) | {"may", *(p.casefold() for p in _CURRENCY_PREFIXES)}
 _FENCE = re.compile(r"```(.*?)(?:```|\Z)", re.S)
 _SPACE = re.compile(r"\s+")
@@ -670,11 +674,21 @@ def _tokens(text: str) -> list[_Token]:
     while (trigger := search(text, pos)) is not None:
         match = _fact_at(text, trigger.start(), pos)
         if match is None:
-            pos = trigger.start() + 1
-            continue
-        tokens.extend(_parsed(match.lastgroup or "", match[0]))
-        pos = match.end()
+            pos = _after_blob(text, trigger.start() + 1)
+        else:
+            if match.end() - match.start() <= FACT_MAX_CHARS:
+                tokens.extend(_parsed(match.lastgroup or "", match[0]))
+            pos = match.end()
     return tokens
+
+
+def _after_blob(text: str, pos: int) -> int:
+    """Past the run of word and address characters at pos when it is a blob (base64, a
+    minified line, `a.a.a…`), where every attempt would read to its end again; else pos."""
+    if _TOKEN_BREAK.search(text, pos, pos + BLOB_CHARS) is not None or len(text) - pos < BLOB_CHARS:
+        return pos
+    end = _TOKEN_BREAK.search(text, pos)
+    return end.start() if end else len(text)
 
 
 def _fact_at(text: str, i: int, floor: int) -> re.Match[str] | None:
