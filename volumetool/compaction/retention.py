@@ -51,10 +51,12 @@ corpus in tests/data/retention (good and lossy summaries of 48 folds; see BENCHM
 - **Refusals.** A short summary that opens with an apology or a refusal and says it cannot do
   the task ("I'm sorry, but I can't help with that.") retains nothing, whatever it mentions.
 
-Speed: facts are found by compiled patterns led by a character set, so the scan jumps in C
-from one digit, `_`, `/`, `@`, `.`-inside-a-word or CamelCase hump to the next; plain prose
-costs almost nothing and each candidate a few microseconds. `facts_of_fold` does not need the
-summary, so a caller can run it while the model writes; `retention_of` is the part that waits.
+Speed: the scan jumps in C (a pattern led by a character set) from one digit, `_`, `/`, `@`,
+`.` inside a word or CamelCase hump to the next, so plain prose costs almost nothing, but each
+candidate fact costs 15-25 µs: about 30 ms for a fold with 74 kB of fact-dense conversation,
+more than the rest of compaction's local work (BENCHMARKS.md). `facts_of_fold` does not need
+the summary, so a caller can run it while the model writes; `retention_of` is what waits. A
+run of 256 address characters without a break is a blob and skipped, so no text is quadratic.
 """
 
 from __future__ import annotations
