@@ -100,6 +100,9 @@ def test_compacts_the_due_thread_only(run_cli, volume, server):
         "threshold": 50000,
         "estimated_tokens": outcome["estimated_tokens"],
         "saved_tokens": outcome["estimated_tokens"] - len(server.summary) // 4 - 1,
+        # the fold's one hard fact, and the test server's summary does not name it
+        "retention": 0.0,
+        "missing_facts": ["deploy/values.yaml"],
     }
     live, folded = live_and_folded(volume["path"], volume["due"])
     assert len(folded) == outcome["folded_messages"] == 10  # turns 0, 1, 2: 4 + 2 + 4
@@ -618,3 +621,40 @@ def test_each_result_line_says_what_happened_in_one_line():
     for line, expected in lines.items():
         assert line == expected
     assert _internal(KeyError("x\ny")) == "internal error: KeyError: 'x\\ny'"
+
+
+def test_retention_is_reported_and_a_lossy_summary_can_be_refused(run_cli, volume, server):
+    """The fold names deploy/values.yaml and pool sizes; a summary that drops them keeps
+    little, and --min-retention turns it into a failure that leaves the transcript alone."""
+    server.summary = "The user asked some questions and got answers."
+    before = table_dump(volume["path"])
+    result = compact(run_cli, volume, "--min-retention", "0.9", "--json")
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "failed" and result.exit_code == 1
+    assert outcome["retention"] < 0.9 and "deploy/values.yaml" in outcome["missing_facts"]
+    assert "below --min-retention 0.9; missing: " in outcome["error"]
+    after = table_dump(volume["path"])
+    assert after["messages"] == before["messages"] and after["sessions"] == before["sessions"]
+    [event] = after["audit"][len(before["audit"]) :]
+    detail = json.loads(event[3])
+    assert detail["action"] == "failed" and detail["retention"] == outcome["retention"]
+    assert detail["missing_facts"] == outcome["missing_facts"]
+    # without the floor it is compacted, and the result and its event say what was lost
+    forced = compact(run_cli, volume, "--key", "discord:1", "--force", "--json")
+    [outcome] = json.loads(forced.stdout)
+    assert outcome["status"] == "compacted" and outcome["missing_facts"]
+    [event] = table_dump(volume["path"])["audit"][-1:]
+    assert json.loads(event[3])["missing_facts"] == outcome["missing_facts"]
+
+
+def test_a_refusal_keeps_nothing(run_cli, volume, server):
+    server.summary = "I'm sorry, but I can't help with that."
+    result = compact(run_cli, volume, "--min-retention", "0.5", "--json")
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "failed" and outcome["retention"] == 0
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan"])
+def test_min_retention_outside_0_to_1_is_exit_2(run_cli, volume, server, value):
+    assert_clean_error(compact(run_cli, volume, "--min-retention", value), 2, "--min-retention")
+    assert server.requests == []

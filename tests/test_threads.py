@@ -80,3 +80,43 @@ def test_reset_asks_first(vol, run_cli):
 def test_a_key_without_an_active_thread_is_a_clear_error(vol, run_cli, command):
     result = run_cli("thread", command[0], vol["path"], "nope", *command[1:])
     assert_clean_error(result, 1, "no active thread under key 'nope'")
+
+
+def compacted_thread(writer) -> int:
+    """A thread that volumetool compacted: folded messages, a summary kept for its run."""
+    s = writer.thread("k", summary="the summary of run 1")
+    run = writer.run(s, trigger="compaction")
+    writer.conn.execute(
+        "INSERT INTO compactions (run_id, session_id, summary) VALUES (?, ?, ?)",
+        (run, s, "the summary of run 1"),
+    )
+    writer.message(s, "user", "folded question", folded_by=run)
+    writer.message(s, "assistant", "folded answer", folded_by=run)
+    writer.message(s, "user", "live question")
+    return s
+
+
+def test_thread_undo_asks_then_reverses_the_latest_compaction(run_cli, writer):
+    s = compacted_thread(writer)
+    unanswered = run_cli("thread", "undo", writer.path, "k")  # no input: nothing changes
+    assert unanswered.exit_code != 0
+    assert writer.conn.execute("SELECT summary FROM sessions WHERE id = ?", (s,)).fetchone() == (
+        "the summary of run 1",
+    )
+    result = run_cli("thread", "undo", writer.path, "k", input="y\n")
+    assert result.exit_code == 0, result
+    assert "2 message(s) live again" in result.stderr
+    assert writer.conn.execute("SELECT summary FROM sessions WHERE id = ?", (s,)).fetchone() == (
+        None,
+    )
+    assert writer.conn.execute(
+        "SELECT count(*) FROM messages WHERE folded_by IS NOT NULL"
+    ).fetchone() == (0,)
+    again = run_cli("thread", "undo", writer.path, "k", "--yes")
+    assert again.exit_code == 1 and "no compaction to undo" in again.stderr
+
+
+def test_thread_undo_of_a_key_without_an_active_thread_is_exit_1(run_cli, writer):
+    writer.thread("k", status="archived")
+    result = run_cli("thread", "undo", writer.path, "k", "--yes")
+    assert result.exit_code == 1 and "no active thread" in result.stderr

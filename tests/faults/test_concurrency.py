@@ -61,6 +61,7 @@ def test_nothing_the_agent_writes_is_lost_and_nobody_is_locked_out(tmp_path, ser
         ["compact", path, "--config", tmp_path / "agent.yaml", "--concurrency", "3"],
         ["memories", "import", path, tmp_path / "in.jsonl"],
         ["thread", "new", path, "other:1"],
+        ["thread", "undo", path, "due:1", "--yes"],  # while the agent appends to due:1
         ["backup", path, tmp_path / "copy.db"],
         ["compact", path, "--config", tmp_path / "agent.yaml", "--key", "due:0", "--force"],
     ]
@@ -91,7 +92,13 @@ def test_nothing_the_agent_writes_is_lost_and_nobody_is_locked_out(tmp_path, ser
             cwd=ROOT,
         ).stdout
     )
-    assert all(row["has_summary"] for row in compacted)
+    assert all(row["has_summary"] != (row["conversation_key"] == "due:1") for row in compacted)
+    conn = sqlite3.connect(path)
+    undone = conn.execute(
+        "SELECT count(*) FROM messages m JOIN sessions s ON s.id = m.session_id"
+        " WHERE s.conversation_key = 'due:1' AND m.folded_by IS NOT NULL"
+    ).fetchone()
+    assert undone == (0,)  # every message of the undone compaction is live again
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert conn.execute("SELECT count(*) FROM memories WHERE key LIKE 'imported.%'").fetchone() == (

@@ -62,6 +62,12 @@ from volumetool.cli.options import busy_timeout_option, volumes_argument, wait_o
     help="Skip, without a call, a fold estimated smaller than this.",
 )
 @click.option(
+    "--min-retention",
+    type=click.FloatRange(min=0, max=1),
+    metavar="R",
+    help="Fail a summary that keeps less than this share (0-1) of the fold's hard facts.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=0.1, max=86_400),
     default=60.0,
@@ -110,6 +116,7 @@ def compact(
     max_summary_tokens,
     max_input_tokens,
     min_fold_tokens,
+    min_retention,
     timeout,
     retries,
     max_retry_wait,
@@ -140,6 +147,8 @@ def compact(
     from volumetool.model_client import RetryPolicy
     from volumetool.settings import AgentConfig, MemorySettings
 
+    if min_retention is not None and not math.isfinite(min_retention):
+        raise click.BadParameter("must be a number from 0 to 1", param_hint="'--min-retention'")
     if not math.isfinite(timeout) or not math.isfinite(max_retry_wait):
         raise click.BadParameter("must be a finite number of seconds", param_hint="'--timeout'")
     config = (
@@ -163,6 +172,7 @@ def compact(
         max_summary_tokens=max_summary_tokens,
         max_input_tokens=max_input_tokens,
         min_fold_tokens=min_fold_tokens,
+        min_retention=min_retention,
         timeout=timeout,
         concurrency=concurrency,
         wait=wait,

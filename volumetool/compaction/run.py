@@ -31,6 +31,7 @@ from volumetool.compaction.plan import (
     plan_fold,
 )
 from volumetool.compaction.prompt import DEFAULT_PROMPT, MIN_PART_TOKENS, system_prompt
+from volumetool.compaction.retention import Retention, facts_of_fold, retention_of
 from volumetool.compaction.store import (
     RunTimes,
     Thread,
@@ -69,6 +70,7 @@ class Request:
     max_summary_tokens: int = 4096
     max_input_tokens: int = 100_000
     min_fold_tokens: int = 200
+    min_retention: float | None = None
     timeout: float = 60.0
     concurrency: int = 4
     wait: float = 0.0
@@ -94,6 +96,8 @@ class Outcome:
     threshold: int | None = None
     estimated_tokens: int | None = None
     saved_tokens: int | None = None
+    retention: float | None = None  # the share of the fold's hard facts the summary kept
+    missing_facts: list[str] | None = None  # the first 20 it lost
     exit_code: int = field(default=0, repr=False)
 
     def as_dict(self) -> dict:
@@ -111,7 +115,7 @@ class Outcome:
             return (
                 f"{where}: compacted {fold} with {model}; "
                 f"{_n(self.input_tokens)} in, {_n(self.output_tokens)} out, "
-                f"~{_n(self.saved_tokens)} saved; run {self.run_id}"
+                f"~{_n(self.saved_tokens)} saved{self._kept()}; run {self.run_id}"
             )
         if self.status == "would_compact":
             return (
@@ -121,6 +125,13 @@ class Outcome:
             )
         run = f" (run {self.run_id})" if self.run_id else ""
         return f"{where}: {self.status}: {one_line(self.error or '')}{run}"
+
+    def _kept(self) -> str:
+        if self.retention is None:
+            return ""
+        lost = self.missing_facts or []
+        shown = f" (lost: {one_line(', '.join(lost), 120)})" if lost else ""
+        return f", {self.retention:.0%} of the facts kept{shown}"
 
 
 OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome) if f.name != "exit_code")
@@ -198,6 +209,8 @@ def check_request(request: Request) -> None:
         )
     if not math.isfinite(request.timeout) or request.timeout <= 0:
         raise UnusableInput("--timeout must be a finite number of seconds")
+    if request.min_retention is not None and not 0 <= request.min_retention <= 1:
+        raise UnusableInput("--min-retention is a share of the facts, from 0 to 1")
     system = system_prompt(request.prompt, request.instructions)
     least = estimate_text_tokens(system) + request.max_summary_tokens + MIN_PART_TOKENS + 200
     if request.max_input_tokens < least:
@@ -309,37 +322,58 @@ class Ending:
     summary: Summary | None = None
     failure: str | None = None
     usage: Usage = field(default_factory=Usage)
+    kept: Retention | None = None
 
 
 def _tokens(usage: Usage) -> dict:
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
 
 
+def _retention(kept: Retention | None) -> dict:
+    if kept is None:
+        return {}
+    return {"retention": round(kept.retention, 4), "missing_facts": list(kept.missing_facts)}
+
+
 def write_ending(job: Job, ending: Ending) -> Outcome:
     """Write how one compaction ended, in one transaction."""
     thread, fold, model = job.thread, job.plan.fold, ending.model
     usage = ending.summary.usage if ending.summary else ending.usage
+    kept = _retention(ending.kept)
     with job.volume.write() as conn:
         if ending.summary is None:
             failure = ending.failure or "no summary"
-            run_id = record_failure(conn, thread, model, failure, usage, ending.times)
+            run_id = record_failure(conn, thread, model, failure, usage, ending.times, kept)
             return _planned(
-                job, model, "failed", run_id=run_id, error=failure, exit_code=1, **_tokens(usage)
+                job,
+                model,
+                "failed",
+                run_id=run_id,
+                error=failure,
+                exit_code=1,
+                **_tokens(usage),
+                **kept,
             )
         reason = conflict_reason(conn, thread, fold)
         if reason is not None:
             run_id = record_failure(
-                conn, thread, model, reason, usage, ending.times, action="conflict"
+                conn, thread, model, reason, usage, ending.times, kept, action="conflict"
             )
             return _planned(
                 job, model, "conflict", run_id=run_id, error=reason, exit_code=1, **_tokens(usage)
             )
         text = ending.summary.text
         saved = estimate_tokens(thread.summary, fold) - estimate_text_tokens(text)
-        written = Written(text, saved)
+        written = Written(text, saved, kept.get("retention"), tuple(kept.get("missing_facts", ())))
         run_id = commit_summary(conn, thread, fold, written, model, usage, ending.times)
         return _planned(
-            job, model, "compacted", run_id=run_id, saved_tokens=saved, **_tokens(usage)
+            job,
+            model,
+            "compacted",
+            run_id=run_id,
+            saved_tokens=saved,
+            **_tokens(usage),
+            **kept,
         )
 
 
@@ -351,7 +385,7 @@ def finish(job: Job, ending: Ending) -> Outcome:
     except Busy as exc:
         usage = ending.summary.usage if ending.summary else ending.usage
         reason = f"not committed: {exc.format_message()}"
-        retry = Ending(ending.model, ending.times, failure=reason, usage=usage)
+        retry = Ending(ending.model, ending.times, failure=reason, usage=usage, kept=ending.kept)
         try:
             outcome = write_ending(job, retry)
         except Exception:
@@ -370,19 +404,37 @@ def _internal(exc: BaseException) -> str:
     return one_line(f"internal error: {type(exc).__name__}: {exc}", 300)
 
 
-async def summarize_job(job: Job, client: ModelClient, system: str, limits: Limits) -> Ending | str:
-    """The thread's ending, or the reason it was skipped without a call."""
+async def summarize_job(
+    job: Job, client: ModelClient, system: str, limits: Limits, min_retention: float | None
+) -> Ending | str:
+    """The thread's ending, or the reason it was skipped without a call. The fold's hard facts
+    are read while the model writes (they do not need its answer); the summary is then held to
+    them."""
     model = client.endpoint.model
     started = now_iso()
+    previous, fold = job.thread.summary, job.plan.fold
+    facts = asyncio.ensure_future(asyncio.to_thread(facts_of_fold, previous, fold))
     try:
-        summary = await summarize(client, system, job.thread.summary, job.plan.fold, limits)
-        return Ending(model, RunTimes(started, now_iso()), summary=summary)
+        summary = await summarize(client, system, previous, fold, limits)
+        kept = retention_of(await facts, summary.text)
+        times = RunTimes(started, now_iso())
+        if min_retention is not None and kept.retention < min_retention:
+            lost = one_line(", ".join(kept.missing_facts), 300)
+            failure = (
+                f"the summary kept {kept.retention:.0%} of the fold's hard facts, below "
+                f"--min-retention {min_retention:g}; missing: {lost}"
+            )
+            return Ending(model, times, failure=failure, usage=summary.usage, kept=kept)
+        return Ending(model, times, summary=summary, kept=kept)
     except SummaryFailed as exc:
         if exc.unusable:
             return str(exc)
         return Ending(model, RunTimes(started, now_iso()), failure=str(exc), usage=exc.usage)
     except Exception as exc:  # containment: one thread's surprise is that thread's failure
         return Ending(model, RunTimes(started, now_iso()), failure=_internal(exc))
+    finally:
+        if not facts.done():
+            await asyncio.wait([facts])  # a thread cannot be cancelled: let it finish
 
 
 async def summarize_all(
@@ -407,7 +459,7 @@ async def summarize_all(
 
         async def one(job: Job) -> Outcome:
             async with semaphore:
-                ending = await summarize_job(job, client, system, limits)
+                ending = await summarize_job(job, client, system, limits, request.min_retention)
             if isinstance(ending, str):
                 outcome = _planned(job, endpoint.model, "skipped", error=ending, exit_code=1)
             else:

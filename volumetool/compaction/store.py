@@ -269,6 +269,7 @@ def record_failure(
     reason: str,
     usage: Usage,
     times: RunTimes,
+    extra: dict | None = None,
     action: str = "failed",
 ) -> int:
     """A compaction that wrote no summary — failed, or conflicted with what the agent did
@@ -276,7 +277,7 @@ def record_failure(
     and one audit event; the transcript is left exactly as it was."""
     error = reason if action == "failed" else f"{action}: {reason}"
     run_id = insert_run(conn, thread.session_id, model, usage, times, error)
-    detail = {"action": action, "reason": reason, "model": model}
+    detail = {"action": action, "reason": reason, "model": model, **(extra or {})}
     if action != "failed":
         detail |= {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
     audit.record(
