@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.volumes import VolumeWriter
-from volumetool.render import OutputFormat, flat, render
+from volumetool.render import Listing, OutputFormat, flat, render
 
 # SQLite text cannot hold lone surrogates; everything else is fair game.
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
@@ -243,7 +243,7 @@ def test_a_query_that_fails_before_its_first_row_writes_nothing(kind):
 
     out = io.StringIO()
     with pytest.raises(sqlite3.DatabaseError):
-        render(rows(), ["a"], OutputFormat(kind), out)
+        render(Listing(rows(), ["a"]), OutputFormat(kind), out)
     assert out.getvalue() == ""
 
 

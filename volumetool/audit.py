@@ -7,6 +7,8 @@ import sqlite3
 
 from volumetool.timefmt import now_iso
 
+_INSERT = "INSERT INTO audit (ts, event, detail, session_id, run_id, actor)"
+
 
 def record(
     conn: sqlite3.Connection,
@@ -20,8 +22,19 @@ def record(
     """Append one audit event written by volumetool (actor 'volumetool'); returns its id.
     Call inside the write transaction whose change it records."""
     cursor = conn.execute(
-        "INSERT INTO audit (ts, event, detail, session_id, run_id, actor)"
-        " VALUES (?, ?, ?, ?, ?, 'volumetool')",
+        _INSERT + " VALUES (?, ?, ?, ?, ?, 'volumetool')",
         (ts or now_iso(), event, json.dumps(detail, ensure_ascii=False), session_id, run_id),
     )
     return cursor.lastrowid or 0
+
+
+def record_memory_events(
+    conn: sqlite3.Connection, actions_sql: str, params: tuple, ts: str | None = None
+) -> None:
+    """One memory event ({"action", "key"}) per row that `actions_sql` selects as
+    (action, key), in its order: how a bulk import audits every key in one statement."""
+    conn.execute(
+        _INSERT + " SELECT ?, 'memory', json_object('action', action, 'key', key), NULL, NULL,"
+        f" 'volumetool' FROM ({actions_sql})",
+        (ts or now_iso(), *params),
+    )

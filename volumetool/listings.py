@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from volumetool.errors import ProblemsFound
+from volumetool.render import listing_limit
+from volumetool.threads import active_thread
 from volumetool.volume import Volume
 
 SESSION_FIELDS = (
@@ -74,10 +76,6 @@ class Filters:
 
     def sql(self) -> str:
         return ("WHERE " + " AND ".join(self.clauses)) if self.clauses else ""
-
-
-def _limit(limit: int | None) -> int:
-    return -1 if limit is None else limit
 
 
 def _json_value(text: str | None) -> object:
@@ -182,7 +180,7 @@ def sessions(
   s.created_at, s.updated_at
 FROM sessions s {where.sql()}
 ORDER BY s.updated_at DESC, s.id DESC LIMIT ?""",
-        (*where.params, _limit(limit)),
+        (*where.params, listing_limit(limit)),
     )
     for row in cursor:
         record = dict(zip(SESSION_FIELDS, row, strict=True))
@@ -192,30 +190,14 @@ ORDER BY s.updated_at DESC, s.id DESC LIMIT ?""",
 
 def find_thread(conn: sqlite3.Connection, key: str, session_id: int | None = None) -> dict:
     """The active thread under `key`, or the thread `session_id` (which must carry `key`)."""
-    if session_id is not None:
-        row = conn.execute(
-            "SELECT id, status, summary FROM sessions WHERE id = ? AND conversation_key = ?",
-            (session_id, key),
-        ).fetchone()
-        if row is None:
-            raise ProblemsFound(f"no thread {session_id} under key {key!r}")
-    else:
-        row = conn.execute(
-            "SELECT id, status, summary FROM sessions"
-            " WHERE conversation_key = ? AND status = 'active'",
-            (key,),
-        ).fetchone()
-        if row is None:
-            archived = [
-                str(r[0])
-                for r in conn.execute(
-                    "SELECT id FROM sessions WHERE conversation_key = ? ORDER BY id", (key,)
-                )
-            ]
-            hint = f"archived threads: {', '.join(archived)}; pick one with --session ID"
-            raise ProblemsFound(
-                f"no active thread under key {key!r}", hint if archived else "check the key"
-            )
+    if session_id is None:
+        session_id = active_thread(conn, key)[0]
+    row = conn.execute(
+        "SELECT id, status, summary FROM sessions WHERE id = ? AND conversation_key = ?",
+        (session_id, key),
+    ).fetchone()
+    if row is None:
+        raise ProblemsFound(f"no thread {session_id} under key {key!r}")
     return {"id": row[0], "status": row[1], "summary": row[2]}
 
 
@@ -303,7 +285,7 @@ def _newest_first(
     cursor = conn.execute(
         f"SELECT {columns} FROM {table} t LEFT JOIN sessions s ON s.id = t.session_id"
         f" {where.sql()} ORDER BY t.id DESC LIMIT ?",
-        (*where.params, _limit(limit)),
+        (*where.params, listing_limit(limit)),
     )
     for row in cursor:
         yield dict(zip(fields, row, strict=True))

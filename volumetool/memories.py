@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from volumetool import audit
 from volumetool.errors import ProblemsFound, UnusableInput
-from volumetool.render import BIDI_CHARS, CONTROL_CHARS, SURROGATES
+from volumetool.render import BIDI_CHARS, CONTROL_CHARS, SURROGATES, listing_limit
 from volumetool.timefmt import TIMESTAMP_FORM, is_timestamp, now_iso
 
 MEMORY_FIELDS = ("key", "value", "created_at", "updated_at")
@@ -45,7 +46,7 @@ def list_memories(
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     cursor = conn.execute(
         f"SELECT key, value, created_at, updated_at FROM memories {where} ORDER BY key LIMIT ?",
-        (*params, -1 if limit is None else limit),
+        (*params, listing_limit(limit)),
     )
     for row in cursor:
         yield dict(zip(MEMORY_FIELDS, row, strict=True))
@@ -115,11 +116,7 @@ def _json_type(value: object) -> str:
 
 def audit_memory(conn: sqlite3.Connection, action: str, key: str, ts: str) -> None:
     """The memory audit event the agent's own tools write, by volumetool."""
-    conn.execute(
-        "INSERT INTO audit (ts, event, detail, session_id, run_id, actor)"
-        " VALUES (?, 'memory', json_object('action', ?, 'key', ?), NULL, NULL, 'volumetool')",
-        (ts, action, key),
-    )
+    audit.record(conn, "memory", {"action": action, "key": key}, ts=ts)
 
 
 def remember(conn: sqlite3.Connection, key: str, value: str) -> None:
@@ -449,16 +446,16 @@ def apply_import(conn: sqlite3.Connection, on_conflict: str, prune: bool) -> Imp
     plan = plan_import(conn, on_conflict, prune)
     ts = now_iso()
     overwrite = on_conflict == "overwrite"
-    conn.execute(
-        "INSERT INTO audit (ts, event, detail, session_id, run_id, actor)"
-        " SELECT ?, 'memory', json_object('action', action, 'key', key), NULL, NULL,"
-        " 'volumetool' FROM (SELECT i.key AS key, 'remember' AS action"
+    audit.record_memory_events(
+        conn,
+        "SELECT i.key AS key, 'remember' AS action"
         "   FROM temp.import_memories i LEFT JOIN main.memories m ON m.key = i.key"
         "   WHERE m.key IS NULL OR (? AND m.value != i.value)"
         " UNION ALL SELECT m.key, 'forget' FROM main.memories m"
-        "   WHERE ? AND NOT EXISTS (SELECT 1 FROM temp.import_memories i WHERE i.key = m.key))"
+        "   WHERE ? AND NOT EXISTS (SELECT 1 FROM temp.import_memories i WHERE i.key = m.key)"
         " ORDER BY key",
-        (ts, overwrite, prune),
+        (overwrite, prune),
+        ts,
     )
     if prune:
         conn.execute(

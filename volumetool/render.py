@@ -55,8 +55,15 @@ def table_formats() -> list[str]:
     return list(tabulate.tabulate_formats)
 
 
+def _json_default(value: object) -> str:
+    """A BLOB where text belongs (a damaged or planted file) as SQLite writes a blob literal."""
+    if isinstance(value, bytes):
+        return f"x'{value.hex()}'"
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 def dumps(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, default=_json_default)
 
 
 def flat(value: object) -> str:
@@ -66,16 +73,42 @@ def flat(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    if isinstance(value, bytes):
+        return _json_default(value)
     return str(value)
 
 
-def _limited(rows: Iterable[dict], limit: int | None, cut: list[bool]) -> Iterator[dict]:
-    for count, row in enumerate(rows):
-        if limit is not None and count >= limit:
-            cut.append(True)
-            return
-        yield row
+@dataclass
+class Listing:
+    """What a listing command shows: its rows (read once, lazily), its columns, at most
+    `limit` rows (None: all), and, once shown, whether more rows existed than were shown.
+
+    A listing's query reads one row past the limit (`listing_limit`), so that the cut is known
+    without counting; the cut is seen here and nowhere else."""
+
+    rows: Iterable[dict]
+    columns: Sequence[str]
+    limit: int | None = None
+    truncated: bool = False
+
+    def shown(self) -> Iterator[dict]:
+        for count, row in enumerate(self.rows):
+            if self.limit is not None and count >= self.limit:
+                self.truncated = True
+                return
+            yield row
+
+
+def listing_limit(limit: int | None) -> int:
+    """The SQL LIMIT of a listing of at most `limit` rows: one more, so that a cut can be told;
+    -1 (SQLite's "no limit") for None. Every listing query takes its LIMIT from here."""
+    return -1 if limit is None else limit + 1
+
+
+def render_document(value: object, out: TextIO) -> None:
+    """One JSON document (an object, not a listing): `status --json`, `check --json`."""
+    out.write(json.dumps(value, indent=2, ensure_ascii=False, default=_json_default) + "\n")
 
 
 def _first_fetched(rows: Iterator[dict]) -> Iterator[dict]:
@@ -85,16 +118,11 @@ def _first_fetched(rows: Iterator[dict]) -> Iterator[dict]:
     return itertools.chain(first, rows)
 
 
-def render(
-    rows: Iterable[dict],
-    columns: Sequence[str],
-    fmt: OutputFormat,
-    out: TextIO,
-    limit: int | None = None,
-) -> bool:
-    """Write rows (at most `limit`) to `out`; True when more rows existed than were shown."""
-    cut: list[bool] = []
-    shown = _first_fetched(_limited(rows, limit, cut))
+def render(listing: Listing, fmt: OutputFormat, out: TextIO) -> None:
+    """Write a listing to `out` in one format; `listing.truncated` says afterwards whether the
+    limit cut it."""
+    columns = listing.columns
+    shown = _first_fetched(listing.shown())
     if fmt.kind == "json":
         out.write("[")
         for n, row in enumerate(shown):
@@ -123,7 +151,6 @@ def render(
             )
             + "\n"
         )
-    return bool(cut)
 
 
 def _cell(value: object) -> str:

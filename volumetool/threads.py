@@ -2,33 +2,44 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
+from volumetool import audit
 from volumetool.errors import ProblemsFound
 from volumetool.timefmt import now_iso
 
 
-def active_thread(conn: sqlite3.Connection, key: str) -> tuple[int, str]:
-    """The active thread under `key`: (id, channel); ProblemsFound when there is none."""
-    row = conn.execute(
+def find_active(conn: sqlite3.Connection, key: str) -> tuple[int, str] | None:
+    """The active thread under `key` as (id, channel), or None: the one lookup every command
+    that names a thread by its key goes through (at most one, by the partial unique index)."""
+    return conn.execute(
         "SELECT id, channel FROM sessions WHERE conversation_key = ? AND status = 'active'",
         (key,),
     ).fetchone()
-    if row is None:
-        raise ProblemsFound(
-            f"no active thread under key {key!r}",
-            "list threads with `volumetool sessions --status all`",
+
+
+def no_active_thread(conn: sqlite3.Connection, key: str) -> ProblemsFound:
+    """Exit 1 for a key with no active thread, naming its archived threads if it has any."""
+    archived = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT id FROM sessions WHERE conversation_key = ? ORDER BY id", (key,)
         )
-    return row
-
-
-def _audit(conn: sqlite3.Connection, session_id: int, detail: dict, ts: str) -> None:
-    conn.execute(
-        "INSERT INTO audit (ts, event, detail, session_id, run_id, actor)"
-        " VALUES (?, 'thread', ?, ?, NULL, 'volumetool')",
-        (ts, json.dumps(detail, ensure_ascii=False), session_id),
+    ]
+    hint = (
+        f"archived threads: {', '.join(archived)}; pick one with --session ID"
+        if archived
+        else "list threads with `volumetool sessions --status all`"
     )
+    return ProblemsFound(f"no active thread under key {key!r}", hint)
+
+
+def active_thread(conn: sqlite3.Connection, key: str) -> tuple[int, str]:
+    """The active thread under `key`: (id, channel); ProblemsFound when there is none."""
+    row = find_active(conn, key)
+    if row is None:
+        raise no_active_thread(conn, key)
+    return row
 
 
 def new_thread(conn: sqlite3.Connection, key: str) -> tuple[int, int]:
@@ -45,8 +56,12 @@ def new_thread(conn: sqlite3.Connection, key: str) -> tuple[int, int]:
         " updated_at, archived_at) VALUES (?, ?, 'active', NULL, ?, ?, NULL)",
         (key, channel, ts, ts),
     ).lastrowid
-    _audit(
-        conn, new, {"action": "new", "key": key, "archived_session_id": old, "session_id": new}, ts
+    audit.record(
+        conn,
+        "thread",
+        {"action": "new", "key": key, "archived_session_id": old, "session_id": new},
+        session_id=new,
+        ts=ts,
     )
     return old, new
 
@@ -64,5 +79,11 @@ def reset_thread(conn: sqlite3.Connection, key: str) -> tuple[int, int]:
     ts = now_iso()
     deleted = conn.execute("DELETE FROM messages WHERE session_id = ?", (session,)).rowcount
     conn.execute("UPDATE sessions SET summary = NULL, updated_at = ? WHERE id = ?", (ts, session))
-    _audit(conn, session, {"action": "reset", "key": key, "messages_deleted": deleted}, ts)
+    audit.record(
+        conn,
+        "thread",
+        {"action": "reset", "key": key, "messages_deleted": deleted},
+        session_id=session,
+        ts=ts,
+    )
     return session, deleted

@@ -198,9 +198,9 @@ def compact(
 
         outcomes, code = run(list(volumes), request, on_planned=planned, on_done=done)
     if output:
-        from volumetool.render import OutputFormat, render
+        from volumetool.cli.options import emit
 
-        render((o.as_dict() for o in outcomes), OUTCOME_FIELDS, OutputFormat(output), sys.stdout)
+        emit((o.as_dict() for o in outcomes), OUTCOME_FIELDS, output, None)
     else:
         for outcome in outcomes:
             click.echo(outcome.line())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from datetime import UTC, datetime
 
@@ -14,13 +13,13 @@ from volumetool.cli.options import (
     AFTER_VOLUME,
     busy_timeout_option,
     emit,
-    listing_limit,
     note_cut,
     output_options,
     parse_since,
     since_option,
     volume_argument,
 )
+from volumetool.render import Listing
 
 
 def _open(volume: str, busy_timeout: float):
@@ -142,7 +141,7 @@ def sessions(
             channel=channel,
             status=status,
             since=parse_since(since),
-            limit=listing_limit(limit),
+            limit=limit,
         )
         columns = listings.SESSION_FIELDS
         if settings is not None:
@@ -220,12 +219,12 @@ def transcript(
         if view is None:
             emit(rows, listings.TRANSCRIPT_FIELDS, output, tablefmt, limit, "messages")
             return
-        # Read everything first: the pager may stay open for long, the volume must not.
-        explicit_limit = _given("limit") and limit
-        rows = list(itertools.islice(rows, explicit_limit + 1 if explicit_limit else None))
-    if explicit_limit and len(rows) > explicit_limit:
-        del rows[explicit_limit:]
-        note_cut(explicit_limit, "messages")
+        # Read everything first: the pager may stay open for long, the volume must not. The
+        # conversation shows the whole thread unless -n was given.
+        listing = Listing(rows, listings.TRANSCRIPT_FIELDS, limit if _given("limit") else None)
+        rows = list(listing.shown())
+    if listing.truncated and listing.limit is not None:
+        note_cut(listing.limit, "messages")
     _show_conversation(rows, view, key, color, no_pager, full_args, max_chars)
 
 
@@ -288,7 +287,7 @@ def runs(volume, key, trigger, status, since, output, tablefmt, limit, busy_time
             trigger=trigger,
             status=status,
             since=parse_since(since),
-            limit=listing_limit(limit),
+            limit=limit,
         )
         emit(rows, listings.RUN_FIELDS, output, tablefmt, limit, "runs")
 
@@ -317,6 +316,6 @@ def audit(volume, event, action, key, since, output, tablefmt, limit, busy_timeo
             action=action,
             key=key,
             since=parse_since(since),
-            limit=listing_limit(limit),
+            limit=limit,
         )
         emit(rows, listings.AUDIT_FIELDS, output, tablefmt, limit, "events")

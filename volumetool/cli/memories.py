@@ -11,7 +11,6 @@ from volumetool.cli.options import (
     WholeWrites,
     busy_timeout_option,
     emit,
-    listing_limit,
     output_options,
     volume_argument,
 )
@@ -44,7 +43,7 @@ def list_(volume, prefix, output, tablefmt, limit, busy_timeout) -> None:
     from volumetool.volume import Volume
 
     with Volume(volume, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
-        rows = list_memories(conn, prefix, listing_limit(limit))
+        rows = list_memories(conn, prefix, limit)
         emit(rows, MEMORY_FIELDS, output, tablefmt, limit, "memories")
 
 

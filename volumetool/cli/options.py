@@ -11,7 +11,7 @@ from typing import BinaryIO
 import click
 
 from volumetool import VOLUME_ENV
-from volumetool.render import OutputFormat, render
+from volumetool.render import Listing, OutputFormat, render
 
 DEFAULT_LIMIT = 100
 # Out-of-range numbers are usage errors (exit 2), never an overflow deep in SQLite or datetime.
@@ -165,6 +165,7 @@ def output_options(f: Callable) -> Callable:
                 type=click.IntRange(min=0, max=MAX_LIMIT),
                 default=DEFAULT_LIMIT,
                 show_default=True,
+                callback=lambda ctx, param, value: value or None,  # 0: all, None from here on
                 help="Show at most N rows; 0 shows all.",
             ),
         ]
@@ -189,22 +190,19 @@ def output_format(output: str, tablefmt: str | None) -> OutputFormat:
 def emit(
     rows: Iterable[dict],
     columns: Sequence[str],
-    output: str,
+    output: str | None,
     tablefmt: str | None,
-    limit: int,
+    limit: int | None = None,
     what: str = "rows",
 ) -> None:
-    """Render a listing to stdout, with a note on stderr when the limit cut it."""
-    fmt = output_format(output, tablefmt)
-    if render(rows, columns, fmt, sys.stdout, limit or None):
+    """Render a listing to stdout in the chosen format, with a note on stderr when the limit
+    (None: all) cut it. Every command that lists rows ends here."""
+    listing = Listing(rows, columns, limit)
+    render(listing, output_format(output, tablefmt), sys.stdout)
+    if listing.truncated and limit is not None:
         note_cut(limit, what)
 
 
 def note_cut(limit: int, what: str) -> None:
     """The note on stderr when -n cut a listing."""
     click.echo(f"volumetool: showing the first {limit} {what}; -n 0 shows all", err=True)
-
-
-def listing_limit(limit: int) -> int | None:
-    """The SQL limit of a listing: one row more than shown, to know whether it was cut."""
-    return None if limit == 0 else limit + 1

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import click
+
+from volumetool.render import render_document
 
 
 @click.command(short_help="Check the memory: and model: blocks of agent configs.")
@@ -50,7 +51,7 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, schema) -> None:
     if schema:
         from volumetool.config import json_schema
 
-        click.echo(json.dumps(json_schema(), indent=2))
+        render_document(json_schema(), sys.stdout)
         return
     if not paths:
         raise click.UsageError("give at least one PATH (a file, a directory, or - for stdin)")
@@ -116,7 +117,7 @@ def show(file: str, as_json: bool) -> None:
         )
     effective = settings.as_dict()
     if as_json:
-        click.echo(json.dumps(effective, indent=2))
+        render_document(effective, sys.stdout)
         return
     import yaml
 

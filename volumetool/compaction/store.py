@@ -13,6 +13,7 @@ from datetime import datetime
 from volumetool import audit
 from volumetool.compaction.plan import Due, Message, RunFact, check_due
 from volumetool.settings import MemorySettings
+from volumetool.threads import find_active
 from volumetool.usage import Usage
 
 
@@ -92,11 +93,11 @@ def active_threads(
     """Active threads (id, key), optionally one key. With `threshold`, only threads whose latest
     successful agent run reached it: a necessary condition of check_due, checked in SQL so a
     cron pass over thousands of threads reads only the candidates."""
+    if key is not None:
+        found = find_active(conn, key)
+        return [(found[0], key)] if found else []
     sql = "SELECT s.id, s.conversation_key FROM sessions s WHERE s.status = 'active'"
     params: list[object] = []
-    if key is not None:
-        sql += " AND s.conversation_key = ?"
-        params.append(key)
     if threshold is not None:
         sql += (
             " AND (SELECT r.last_input_tokens FROM runs r WHERE r.session_id = s.id"
