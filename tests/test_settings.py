@@ -3,26 +3,12 @@ check of a base_url that `validate` and `compact --base-url` share."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from volumetool.config import MEMORY_KEYS, MODEL_KEYS
 from volumetool.settings import AgentConfig, ModelSettings, base_url_problem
-
-
-def test_settings_and_the_pure_compaction_core_import_no_io_library():
-    probe = (
-        "import sys, volumetool.settings, volumetool.compaction.plan; "
-        "print(sorted({'yaml', 'sqlite3', '_sqlite3', 'httpx', 'click'} & set(sys.modules)))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "[]"
 
 
 def test_a_config_without_blocks_gets_the_seeds_defaults():

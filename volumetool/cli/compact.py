@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 
 import click
 
-from volumetool.cli.options import busy_timeout_option, volumes_argument, wait_option
+from volumetool.cli.options import (
+    Finite,
+    Seconds,
+    busy_timeout_option,
+    volumes_argument,
+    wait_option,
+)
 
 
 @click.command(short_help="Summarize long threads, by hand or from cron.")
@@ -63,13 +68,13 @@ from volumetool.cli.options import busy_timeout_option, volumes_argument, wait_o
 )
 @click.option(
     "--min-retention",
-    type=click.FloatRange(min=0, max=1),
+    type=Finite(min=0, max=1),
     metavar="R",
     help="Fail a summary that keeps less than this share (0-1) of the fold's hard facts.",
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1, max=86_400),
+    type=Seconds(minimum=0.1),
     default=60.0,
     show_default=True,
     metavar="SECONDS",
@@ -84,7 +89,7 @@ from volumetool.cli.options import busy_timeout_option, volumes_argument, wait_o
 )
 @click.option(
     "--max-retry-wait",
-    type=click.FloatRange(min=0, max=86_400),
+    type=Seconds(),
     default=60.0,
     show_default=True,
     metavar="SECONDS",
@@ -147,10 +152,6 @@ def compact(
     from volumetool.model_client import RetryPolicy
     from volumetool.settings import AgentConfig, MemorySettings
 
-    if min_retention is not None and not math.isfinite(min_retention):
-        raise click.BadParameter("must be a number from 0 to 1", param_hint="'--min-retention'")
-    if not math.isfinite(timeout) or not math.isfinite(max_retry_wait):
-        raise click.BadParameter("must be a finite number of seconds", param_hint="'--timeout'")
     config = (
         load_config(config_file)
         if config_file

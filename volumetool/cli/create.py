@@ -34,13 +34,17 @@ def init(volume: str, name: str) -> None:
 @volume_argument
 @click.option(
     "--sessions",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=1_000_000),
     default=12,
     show_default=True,
     help="How many threads (archived ones included).",
 )
 @click.option(
-    "--seed", type=int, default=1, show_default=True, help="The same seed writes the same volume."
+    "--seed",
+    type=click.IntRange(min=-(2**63), max=2**63 - 1),
+    default=1,
+    show_default=True,
+    help="The same seed writes the same volume.",
 )
 @click.option("--name", default="demo-agent", show_default=True, help="The agent's name.")
 @click.option(

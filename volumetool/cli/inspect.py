@@ -11,6 +11,7 @@ from click.core import ParameterSource
 from volumetool.cli import terminal
 from volumetool.cli.options import (
     AFTER_VOLUME,
+    ROW_ID,
     busy_timeout_option,
     emit,
     note_cut,
@@ -160,7 +161,7 @@ def sessions(
 @click.option(
     "--session",
     "session_id",
-    type=int,
+    type=ROW_ID,
     metavar="ID",
     help="A specific thread under KEY (an archived one, say).",
 )

@@ -19,19 +19,29 @@ MAX_LIMIT = 1_000_000_000  # rows a listing shows; 0 shows all
 MAX_SECONDS = 86_400.0  # a day: the longest wait for a lock that still makes sense
 
 
-class Seconds(click.FloatRange):
-    """A duration in seconds, 0 to MAX_SECONDS; `nan` and `inf` are usage errors."""
+class Finite(click.FloatRange):
+    """A number in a range; `nan` and `inf` are usage errors (nan passes every comparison)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class Seconds(Finite):
+    """A duration in seconds, `minimum` to MAX_SECONDS."""
 
     name = "seconds"
 
-    def __init__(self) -> None:
-        super().__init__(min=0, max=MAX_SECONDS)
+    def __init__(self, minimum: float = 0) -> None:
+        super().__init__(min=minimum, max=MAX_SECONDS)
 
-    def convert(self, value, param, ctx) -> float:
-        seconds = super().convert(value, param, ctx)
-        if not math.isfinite(seconds):  # nan passes every range comparison
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        return seconds
+
+# A row id as SQLite stores it: larger numbers would overflow, not just find nothing.
+ROW_ID = click.IntRange(min=1, max=2**63 - 1)
 
 
 def busy_timeout_option(f: Callable) -> Callable:

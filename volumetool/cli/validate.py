@@ -27,7 +27,7 @@ from volumetool.render import render_document
 )
 @click.option(
     "--max-bytes",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=2**31),
     metavar="N",
     help="Refuse files larger than N bytes (default 1 MiB).",
 )

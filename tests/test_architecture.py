@@ -1,0 +1,88 @@
+"""The layers hold: the pure core imports no I/O library, the library never imports the CLI's
+click, and what the README repeats of the code is the code's (ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from volumetool import errors
+
+ROOT = Path(__file__).resolve().parent.parent
+IO_LIBRARIES = {"yaml", "sqlite3", "_sqlite3", "httpx", "click"}
+# Decisions of data in, data out: property tests run them by the thousand, and they must not
+# reach a file, a socket or a terminal library on the way.
+PURE = (
+    "volumetool.settings",
+    "volumetool.usage",
+    "volumetool.format",
+    "volumetool.render",
+    "volumetool.conversation",
+    "volumetool.compaction.plan",
+    "volumetool.compaction.prompt",
+    "volumetool.compaction.retention",
+)
+
+
+def imported_by(module: str) -> set[str]:
+    probe = f"import sys, {module}; print(' '.join(sorted(sys.modules)))"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    return set(result.stdout.split())
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_the_pure_core_imports_no_io_library(module):
+    assert imported_by(module) & IO_LIBRARIES == set()
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in (ROOT / "volumetool").rglob("*.py") if "cli" not in p.parts),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_the_library_never_imports_click(path):
+    """Errors are plain exceptions, converted once in the command group: the library is
+    usable (and tested) without the CLI. (httpx and sqlite-utils bring click along with their
+    own command lines; this is about ours.)"""
+    assert "click" not in imports_of(path)
+
+
+def test_the_readme_exit_code_table_is_the_code_s():
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
+    defined = {
+        cls.exit_code
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.VolumetoolError)
+    }
+    assert documented == defined | {0}
+
+
+def test_every_command_the_readme_names_exists():
+    from volumetool.cli import COMMANDS
+
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"^volumetool ([a-z]+)\b", readme, re.MULTILINE))
+    assert named <= set(COMMANDS), named - set(COMMANDS)
+    assert set(COMMANDS) <= named | {"demo", "init"} | set(
+        re.findall(r"`volumetool ([a-z]+)", readme)
+    )
