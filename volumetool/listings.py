@@ -74,6 +74,16 @@ class Filters:
     def add(self, clause: str, *params: object) -> Filters:
         return Filters((*self.clauses, clause), (*self.params, *params))
 
+    @classmethod
+    def of(cls, *given: tuple[str, object]) -> Filters:
+        """The clauses whose value was given (not None, not empty), each with its value for
+        every `?` it holds."""
+        where = cls()
+        for clause, value in given:
+            if value is not None and value != "":
+                where = where.add(clause, *[value] * clause.count("?"))
+        return where
+
     def sql(self) -> str:
         return ("WHERE " + " AND ".join(self.clauses)) if self.clauses else ""
 
@@ -156,15 +166,12 @@ def sessions(
     limit: int | None = None,
 ) -> Iterator[dict]:
     """Threads, most recently updated first, with their live size and compaction count."""
-    where = Filters()
-    if status != "all":
-        where = where.add("s.status = ?", status)
-    if key_glob:
-        where = where.add("s.conversation_key GLOB ?", key_glob)
-    if channel:
-        where = where.add("s.channel = ?", channel)
-    if since:
-        where = where.add("s.updated_at >= ?", since)
+    where = Filters.of(
+        ("s.status = ?", None if status == "all" else status),
+        ("s.conversation_key GLOB ?", key_glob),
+        ("s.channel = ?", channel),
+        ("s.updated_at >= ?", since),
+    )
     cursor = conn.execute(
         f"""SELECT s.id, s.conversation_key, s.channel, s.status,
   (SELECT count(*) FROM messages m
@@ -301,15 +308,12 @@ def runs(
     limit: int | None = None,
 ) -> Iterator[dict]:
     """Runs, newest first, with their thread's conversation key."""
-    where = Filters()
-    if key is not None:
-        where = where.add(OF_THREAD_KEY, key)
-    if trigger:
-        where = where.add("t.trigger = ?", trigger)
-    if status:
-        where = where.add("t.status = ?", status)
-    if since:
-        where = where.add("t.started_at >= ?", since)
+    where = Filters.of(
+        (OF_THREAD_KEY, key),
+        ("t.trigger = ?", trigger),
+        ("t.status = ?", status),
+        ("t.started_at >= ?", since),
+    )
     return _newest_first(conn, "runs", RUN_FIELDS, where, limit)
 
 
@@ -324,16 +328,13 @@ def audit(
 ) -> Iterator[dict]:
     """Audit events, newest first. `key` matches the thread's conversation key or the memory
     key an event names; `action` matches the detail's action."""
-    where = Filters()
     detail_field = "(CASE WHEN json_valid(t.detail) THEN json_extract(t.detail, '$.{}') END)"
-    if event:
-        where = where.add("t.event = ?", event)
-    if action:
-        where = where.add(f"{detail_field.format('action')} = ?", action)
-    if key is not None:
-        where = where.add(f"({OF_THREAD_KEY} OR {detail_field.format('key')} = ?)", key, key)
-    if since:
-        where = where.add("t.ts >= ?", since)
+    where = Filters.of(
+        ("t.event = ?", event),
+        (f"{detail_field.format('action')} = ?", action),
+        (f"({OF_THREAD_KEY} OR {detail_field.format('key')} = ?)", key),
+        ("t.ts >= ?", since),
+    )
     for record in _newest_first(conn, "audit", AUDIT_FIELDS, where, limit):
         record["detail"] = _json_value(record["detail"])
         yield record

@@ -15,6 +15,57 @@ from volumetool.cli.options import (
     wait_option,
 )
 
+# How a compaction run calls the model: option, type (with its bounds), default, help. The
+# names match Request's fields, where the command passes them as they are.
+TUNING = (
+    (
+        "--max-summary-tokens",
+        click.IntRange(min=16, max=1_000_000),
+        4096,
+        "max_tokens of the summary request.",
+    ),
+    (
+        "--max-input-tokens",
+        click.IntRange(min=1_000, max=100_000_000),
+        100_000,
+        "Larger folds (estimated) are summarized in parts, in order.",
+    ),
+    (
+        "--min-fold-tokens",
+        click.IntRange(min=0, max=100_000_000),
+        200,
+        "Skip, without a call, a fold estimated smaller than this.",
+    ),
+    (
+        "--min-retention",
+        Finite(min=0, max=1),
+        None,
+        "Fail a summary that keeps less than this share (0-1) of the fold's hard facts.",
+    ),
+    ("--timeout", Seconds(minimum=0.1), 60.0, "Bound on each model request, in seconds."),
+    (
+        "--retries",
+        click.IntRange(min=0, max=10),
+        3,
+        "Retries on 408, 409, 429, 5xx, connection errors and timeouts.",
+    ),
+    (
+        "--max-retry-wait",
+        Seconds(),
+        60.0,
+        "A Retry-After longer than this (seconds) fails at once and stops calls to the endpoint.",
+    ),
+    ("--concurrency", click.IntRange(min=1, max=64), 4, "Model calls in flight at once."),
+)
+
+
+def tuning_options(f):
+    for name, kind, default, text in reversed(TUNING):
+        f = click.option(
+            name, type=kind, default=default, show_default=default is not None, help=text
+        )(f)
+    return f
+
 
 @click.command(short_help="Summarize long threads, by hand or from cron.")
 @volumes_argument
@@ -45,63 +96,7 @@ from volumetool.cli.options import (
     metavar="TEXT",
     help="Add to the summary prompt, as `/compact TEXT` does: what to keep, what to drop.",
 )
-@click.option(
-    "--max-summary-tokens",
-    type=click.IntRange(min=16, max=1_000_000),
-    default=4096,
-    show_default=True,
-    help="max_tokens of the summary request.",
-)
-@click.option(
-    "--max-input-tokens",
-    type=click.IntRange(min=1_000, max=100_000_000),
-    default=100_000,
-    show_default=True,
-    help="Larger folds (estimated) are summarized in parts, in order.",
-)
-@click.option(
-    "--min-fold-tokens",
-    type=click.IntRange(min=0, max=100_000_000),
-    default=200,
-    show_default=True,
-    help="Skip, without a call, a fold estimated smaller than this.",
-)
-@click.option(
-    "--min-retention",
-    type=Finite(min=0, max=1),
-    metavar="R",
-    help="Fail a summary that keeps less than this share (0-1) of the fold's hard facts.",
-)
-@click.option(
-    "--timeout",
-    type=Seconds(minimum=0.1),
-    default=60.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Bound on each model request.",
-)
-@click.option(
-    "--retries",
-    type=click.IntRange(min=0, max=10),
-    default=3,
-    show_default=True,
-    help="Retries on 429, 5xx, connection errors and timeouts.",
-)
-@click.option(
-    "--max-retry-wait",
-    type=Seconds(),
-    default=60.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="A Retry-After longer than this fails at once and stops calls to the endpoint.",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1, max=64),
-    default=4,
-    show_default=True,
-    help="Model calls in flight at once.",
-)
+@tuning_options
 @wait_option
 @busy_timeout_option
 @click.option("--json", "output", flag_value="json", help="Results as one JSON array.")
@@ -118,17 +113,10 @@ def compact(
     api_key_env,
     prompt_file,
     instructions,
-    max_summary_tokens,
-    max_input_tokens,
-    min_fold_tokens,
-    min_retention,
-    timeout,
-    retries,
-    max_retry_wait,
-    concurrency,
     wait,
     busy_timeout,
     output,
+    **tuning,
 ) -> None:
     """Compact threads: fold every live turn but the last two into a summary written by
     model.small (else model.name).
@@ -143,7 +131,7 @@ def compact(
     \b
     Example:
       volumetool compact ./vol --config agent.yaml --dry-run
-      volumetool compact /srv/agents/*/ --config agent.yaml --json     # from cron
+      volumetool compact /srv/agents/*/ --config agent.yaml --nl >> compact.jsonl  # cron
       volumetool compact ./vol --config agent.yaml --key 'telegram:42' --force
     """
     from volumetool.compaction.run import OUTCOME_FIELDS, Request
@@ -160,6 +148,7 @@ def compact(
     request_kwargs = {}
     if prompt_file is not None:
         request_kwargs["prompt"] = read_prompt(prompt_file)
+    retries, max_retry_wait = tuning.pop("retries"), tuning.pop("max_retry_wait")
     request = Request(
         config=config,
         key=key,
@@ -170,15 +159,10 @@ def compact(
         base_url=base_url,
         api_key_env=api_key_env,
         instructions=instructions,
-        max_summary_tokens=max_summary_tokens,
-        max_input_tokens=max_input_tokens,
-        min_fold_tokens=min_fold_tokens,
-        min_retention=min_retention,
-        timeout=timeout,
-        concurrency=concurrency,
         wait=wait,
         busy_timeout=busy_timeout,
         retry=RetryPolicy(attempts=retries + 1, max_retry_wait=max_retry_wait),
+        **tuning,
         **request_kwargs,
     )
     show_progress = sys.stderr.isatty() and not dry_run

@@ -281,16 +281,9 @@ def runs(volume, key, trigger, status, since, output, tablefmt, limit, busy_time
     """
     from volumetool import listings
 
-    with _open(volume, busy_timeout) as vol, vol.snapshot() as conn:
-        rows = listings.runs(
-            conn,
-            key=key,
-            trigger=trigger,
-            status=status,
-            since=parse_since(since),
-            limit=limit,
-        )
-        emit(rows, listings.RUN_FIELDS, output, tablefmt, limit, "runs")
+    filters = {"key": key, "trigger": trigger, "status": status, "since": parse_since(since)}
+    rows_of = (listings.runs, listings.RUN_FIELDS, "runs")
+    _list(volume, busy_timeout, rows_of, filters, output, tablefmt, limit)
 
 
 @click.command()
@@ -310,13 +303,14 @@ def audit(volume, event, action, key, since, output, tablefmt, limit, busy_timeo
     """
     from volumetool import listings
 
+    filters = {"event": event, "action": action, "key": key, "since": parse_since(since)}
+    rows_of = (listings.audit, listings.AUDIT_FIELDS, "events")
+    _list(volume, busy_timeout, rows_of, filters, output, tablefmt, limit)
+
+
+def _list(volume, busy_timeout, rows_of, filters, output, tablefmt, limit) -> None:
+    """A listing of one volume, read in one snapshot. `rows_of` is (the listing function,
+    its columns, what its rows are called)."""
+    listing, columns, what = rows_of
     with _open(volume, busy_timeout) as vol, vol.snapshot() as conn:
-        rows = listings.audit(
-            conn,
-            event=event,
-            action=action,
-            key=key,
-            since=parse_since(since),
-            limit=limit,
-        )
-        emit(rows, listings.AUDIT_FIELDS, output, tablefmt, limit, "events")
+        emit(listing(conn, limit=limit, **filters), columns, output, tablefmt, limit, what)

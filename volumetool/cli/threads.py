@@ -44,11 +44,22 @@ def new(volume, key, busy_timeout) -> None:
     )
 
 
+def asks_first(f):
+    """VOLUME KEY [--yes] [--busy-timeout]: a change to one thread, asked for unless --yes."""
+    for decorator in reversed(
+        [
+            volume_argument,
+            click.argument("key", type=AFTER_VOLUME),
+            click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
+            busy_timeout_option,
+        ]
+    ):
+        f = decorator(f)
+    return f
+
+
 @thread.command()
-@volume_argument
-@click.argument("key", type=AFTER_VOLUME)
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@busy_timeout_option
+@asks_first
 def reset(volume, key, yes, busy_timeout) -> None:
     """/reset: delete the active thread's messages and summary under KEY (its runs and audit
     events stay). Asks for confirmation unless --yes; without an answer (stdin closed, as
@@ -59,30 +70,22 @@ def reset(volume, key, yes, busy_timeout) -> None:
       volumetool thread reset ./vol 'telegram:5531918843' --yes
     """
     from volumetool.threads import active_thread, count_messages, reset_thread
-    from volumetool.volume import open_for_write
 
-    with open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol:
-        if not yes:
-            with vol.snapshot() as conn:
-                session, _ = active_thread(conn, key)
-                count = count_messages(conn, session)
-            click.confirm(
-                f"Delete the {count} message(s) and the summary of thread {session} ({key})?",
-                abort=True,
-                err=True,
-            )
-        with vol.write() as conn:
-            session, deleted = reset_thread(conn, key)
+    def question(conn) -> str:
+        session, _ = active_thread(conn, key)
+        count = count_messages(conn, session)
+        return f"Delete the {count} message(s) and the summary of thread {session} ({key})?"
+
+    session, deleted = confirmed_write(
+        volume, busy_timeout, yes, question, lambda conn: reset_thread(conn, key)
+    )
     click.echo(
         f"volumetool: deleted {deleted} message(s) and the summary of thread {session}", err=True
     )
 
 
 @thread.command()
-@volume_argument
-@click.argument("key", type=AFTER_VOLUME)
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@busy_timeout_option
+@asks_first
 def undo(volume, key, yes, busy_timeout) -> None:
     """Reverse the latest compaction of the active thread under KEY: the messages it folded
     are live again and the summary before it is back (its run stays: its cost was real).
@@ -97,28 +100,39 @@ def undo(volume, key, yes, busy_timeout) -> None:
     """
     from volumetool.compaction.undo import plan_undo
     from volumetool.compaction.undo import undo as reverse
-    from volumetool.volume import open_for_write
 
-    with open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol:
-        if not yes:
-            with vol.snapshot() as conn:
-                plan = plan_undo(conn, key)
-            click.confirm(
-                f"Undo compaction run {plan.run_id} of thread {plan.session_id}: "
-                f"{plan.messages} message(s) live again, "
-                + (
-                    f"the summary of run {plan.restored_run_id} back?"
-                    if plan.restored_run_id
-                    else "no summary?"
-                ),
-                abort=True,
-                err=True,
-            )
-        with vol.write() as conn:
-            done = reverse(conn, key)
+    def question(conn) -> str:
+        plan = plan_undo(conn, key)
+        restored = (
+            f"the summary of run {plan.restored_run_id} back"
+            if plan.restored_run_id
+            else "no summary"
+        )
+        return (
+            f"Undo compaction run {plan.run_id} of thread {plan.session_id}: "
+            f"{plan.messages} message(s) live again, {restored}?"
+        )
+
+    done = confirmed_write(volume, busy_timeout, yes, question, lambda conn: reverse(conn, key))
     click.echo(
         f"volumetool: undid compaction run {done.run_id} of thread {done.session_id}: "
         f"{done.messages} message(s) live again"
         + (f", the summary of run {done.restored_run_id} back" if done.restored_run_id else ""),
         err=True,
     )
+
+
+def confirmed_write(volume, busy_timeout: float, yes: bool, question, change):
+    """Open the volume for writing, ask `question(conn)` (read in a snapshot) unless --yes,
+    then make `change(conn)` in one transaction and return what it returns. An unanswered
+    prompt (stdin closed, as under cron) changes nothing."""
+    from volumetool.render import escape_control
+    from volumetool.volume import open_for_write
+
+    with open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol:
+        if not yes:
+            with vol.snapshot() as conn:
+                text = question(conn)
+            click.confirm(escape_control(text), abort=True, err=True)
+        with vol.write() as conn:
+            return change(conn)
