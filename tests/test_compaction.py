@@ -384,6 +384,23 @@ def test_sessions_due_column(run_cli, volume):
     result = run_cli("sessions", volume["path"], "--due", "--config", volume["config"], "--json")
     due = {r["conversation_key"]: r["due"] for r in json.loads(result.stdout)}
     assert due == {"discord:1": True, "discord:2": False, "discord:3": False}
+    conn = sqlite3.connect(volume["path"])  # an archived thread is never due, however large
+    conn.execute("UPDATE sessions SET status = 'archived' WHERE id = ?", (volume["due"],))
+    conn.commit()
+    conn.close()
+    result = run_cli(
+        "sessions",
+        volume["path"],
+        "--due",
+        "--config",
+        volume["config"],
+        "--status",
+        "all",
+        "--json",
+    )
+    assert {r["conversation_key"]: r["due"] for r in json.loads(result.stdout)}[
+        "discord:1"
+    ] is False
     assert_clean_error(run_cli("sessions", volume["path"], "--due"), 2, "--config")
 
 
@@ -611,6 +628,18 @@ def test_each_result_line_says_what_happened_in_one_line():
             threshold=50000,
         ).line(): "v/agent.db k\\x1b: would compact 1 turn(s), 2 message(s), ~3,000 tokens; last "
         "input 60,000 (threshold 50,000); model (none set)",
+        Outcome(
+            **base,
+            status="compacted",
+            folded_turns=1,
+            folded_messages=1,
+            model="m",
+            saved_tokens=10,
+            run_id=2,
+            retention=0.5,
+            missing_facts=["a\x1b", "b"],
+        ).line(): "v/agent.db k\\x1b: compacted 1 turn(s), 1 message(s) with m; ? in, ? out, "
+        "~10 saved, 50% of the facts kept (lost: a\\x1b, b); run 2",
         Outcome(**base, status="failed", error="HTTP 500\nx", run_id=4).line(): (
             "v/agent.db k\\x1b: failed: HTTP 500\\nx (run 4)"
         ),

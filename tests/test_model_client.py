@@ -114,3 +114,44 @@ def test_connection_refused_is_a_retryable_connection_error():
         asyncio.run(go())
     assert caught.value.attempts == 2  # retried: the server may be restarting
     assert caught.value.endpoint_wide  # but once retries are spent, nothing else will get through
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "2"}, 2.0),
+        ({"retry-after": "0"}, 0.0),
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after-ms": "soon", "retry-after": "3"}, 3.0),
+        ({"retry-after": "-5"}, None),
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after": ""}, None),
+        ({"retry-after-ms": "-1"}, None),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date in the past
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00"}, None),  # no zone: unusable
+    ],
+)
+def test_retry_after_reads_seconds_milliseconds_and_dates_and_nothing_else(headers, seconds):
+    import httpx
+
+    from volumetool.model_client import parse_retry_after
+
+    assert parse_retry_after(httpx.Headers(headers)) == seconds
+
+
+def test_a_cycle_of_exception_causes_is_read_once():
+    from volumetool.model_client import connection_failure
+
+    first, second = OSError("first"), ConnectionRefusedError("refused")
+    first.__context__, second.__context__ = second, first
+    failure = connection_failure(first, "POST http://x/chat/completions")
+    assert failure.reason == "connection refused" and failure.endpoint_wide
+
+
+def test_a_malformed_answer_still_carries_the_usage_it_reported(server):
+    server.fault = "choices_empty"
+    error, _ = run(server, attempts=1)
+    assert isinstance(error, ModelError) and "empty choices" in str(error)
+    assert (error.usage.input_tokens, error.usage.output_tokens) == (1200, 80)
