@@ -124,3 +124,41 @@ def test_demo_rows_are_the_same_for_the_same_size_and_seed(tmp_path, sessions, s
     conn.close()
     assert dataclasses.asdict(counts) == written
     assert counts.sessions == sessions
+
+
+def test_the_agents_compactions_fold_whole_turns_and_never_the_prefix(tmp_path):
+    path = tmp_path / "agent.db"
+    demo.build(path, sessions=40, seed=1)
+    conn = sqlite3.connect(path)
+    folding_threads = 0
+    for (thread,) in conn.execute("SELECT DISTINCT session_id FROM messages"):
+        rows = conn.execute(
+            "SELECT role, folded_by FROM messages WHERE session_id = ? ORDER BY id", (thread,)
+        ).fetchall()
+        first_user = next(i for i, (role, _) in enumerate(rows) if role == "user")
+        assert all(folded_by is None for _, folded_by in rows[:first_user])
+        # A turn is a user message and everything up to the next one (SPEC section 2).
+        turns: list[list] = []
+        for role, folded_by in rows[first_user:]:
+            if role == "user":
+                turns.append([])
+            turns[-1].append(folded_by)
+        assert all(len(set(turn)) == 1 for turn in turns), "a fold splits a turn"
+        folds = [turn[0] for turn in turns]
+        live = folds.index(None)
+        assert all(run is None for run in folds[live:]), "a live turn before a folded one"
+        assert folds[:live] == sorted(folds[:live]), "a later fold before an earlier one"
+        folding_threads += live > 0
+    assert folding_threads > 0
+    # Each successful compaction run left its compactions row; the latest is the summary.
+    assert conn.execute(
+        """SELECT count(*) FROM runs r LEFT JOIN compactions c ON c.run_id = r.id
+           WHERE r.trigger = 'compaction' AND r.status = 'ok'
+           AND (c.run_id IS NULL OR c.session_id != r.session_id)"""
+    ).fetchone() == (0,)
+    assert conn.execute(
+        """SELECT count(*) FROM sessions s JOIN compactions c ON c.run_id =
+             (SELECT max(run_id) FROM compactions WHERE session_id = s.id)
+           WHERE c.summary IS NOT s.summary"""
+    ).fetchone() == (0,)
+    conn.close()

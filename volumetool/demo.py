@@ -209,7 +209,6 @@ class Message:
     created_at: str
     tool_calls: str | None = None
     tool_call_id: str | None = None
-    id: int | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -243,10 +242,12 @@ class AuditEvent:
 
 @dataclass(slots=True, eq=False)
 class Fold:
-    """A successful compaction run folds these messages into its thread's summary."""
+    """A successful compaction run folds these messages into its thread's summary. They are
+    named by their places in the thread: the conversation keeps no message once written."""
 
     run: Run
-    messages: list[Message]
+    thread: Thread
+    places: range
 
 
 @dataclass(slots=True, eq=False)
@@ -278,42 +279,51 @@ def _weight(text: str) -> int:
     return len(text) // 4 + 8
 
 
+@dataclass(slots=True, eq=False)
+class LiveTurn:
+    """A turn the model still reads: where it starts in its thread, and its weight."""
+
+    first: int  # the place of its user message among the thread's messages (0 is the first)
+    weight: int = 0
+
+
 class Context:
-    """What the model reads of a thread: a pinned prefix, the summary once there is one, the
-    live turns; and what that costs in input tokens."""
+    """What the model reads of a thread (the pinned prefix, the summary once there is one, the
+    live turns) and what that costs in input tokens."""
 
     def __init__(self, base_tokens: int, growth: int) -> None:
         self.base_tokens = base_tokens
         self.growth = growth
-        self.entries: list[tuple[Message | None, int]] = []  # (live message or summary, weight)
-        self.weight = 0
-        self.pinned = 0  # entries never folded: the system prefix
-        self.turn_starts: list[int] = []  # indexes into `entries` where each live turn starts
-
-    def pin(self, message: Message) -> None:
-        self.add(message)
-        self.pinned += 1
+        self.said = 0  # the thread's messages so far: the place of the next one
+        self.prefix_weight = 0  # what comes before the first turn: never folded
+        self.summary_weight = 0  # until a compaction writes a summary, there is none
+        self.turns: list[LiveTurn] = []
+        self.weight = 0  # prefix, summary and live turns
 
     def start_turn(self) -> None:
-        self.turn_starts.append(len(self.entries))
+        self.turns.append(LiveTurn(self.said))
 
     def add(self, message: Message) -> None:
         weight = _weight(message.tool_calls or message.content)
-        self.entries.append((message, weight))
+        if self.turns:
+            self.turns[-1].weight += weight
+        else:
+            self.prefix_weight += weight
+        self.said += 1
         self.weight += weight
 
     def input_tokens(self) -> int:
         """A model call's input: the agent's instructions and tools, then the context."""
         return self.base_tokens + self.growth * self.weight
 
-    def fold(self, summary_weight: int) -> tuple[list[Message], int]:
-        """Replace all live turns but the last two by a summary; the folded messages and weight."""
-        first, cut = self.turn_starts[0], self.turn_starts[-2]
-        folded = self.entries[first:cut]
-        self.entries = [*self.entries[: self.pinned], (None, summary_weight), *self.entries[cut:]]
-        self.turn_starts = [self.pinned + 1 + (s - cut) for s in self.turn_starts[-2:]]
-        self.weight = sum(w for _, w in self.entries)
-        return [m for m, _ in folded if m is not None], sum(w for _, w in folded)
+    def fold(self, summary_weight: int) -> tuple[range, int]:
+        """Replace all live turns but the last two by a summary; the places of the messages
+        folded, and their weight."""
+        folded, self.turns = self.turns[:-2], self.turns[-2:]
+        self.summary_weight = summary_weight
+        live = sum(turn.weight for turn in self.turns)
+        self.weight = self.prefix_weight + summary_weight + live
+        return range(folded[0].first, self.turns[0].first), sum(turn.weight for turn in folded)
 
 
 @dataclass(slots=True, eq=False)
@@ -438,7 +448,7 @@ class _Conversation:
             prefix = SYSTEM_PREFIXES[rng.randrange(2)].format(**self.fields())
             message = Message(thread, "system", prefix, iso_ms(now))
             batch.append(message)
-            context.pin(message)
+            context.add(message)
         for number, start in enumerate(starts):
             turn = self._begin_turn(thread, context, number, max(now + 1_000, start), batch)
             now = self._turn(turn, archived)
@@ -564,7 +574,7 @@ class _Conversation:
     def _due(self, turn: _Turn, archived: bool) -> bool:
         """Past the threshold with three live turns (the pinned due thread is left due)."""
         tokens = turn.run.last_input_tokens
-        if tokens is None or tokens < THRESHOLD or len(turn.context.turn_starts) < 3:
+        if tokens is None or tokens < THRESHOLD or len(turn.context.turns) < 3:
             return False
         return archived or not self.force_due
 
@@ -586,7 +596,7 @@ class _Conversation:
         decision = rng.choice(MEMORY_FACTS["deploy_region"])
         summary = (
             f"Summary of the earlier conversation with {self.person}: "
-            f"{len(context.turn_starts) - 2} turns about {rng.choice(SERVICES)} and "
+            f"{len(context.turns) - 2} turns about {rng.choice(SERVICES)} and "
             f"{rng.choice(SERVICES)} operations. Decided: {decision}. "
             f"Open task: follow up on issue #{rng.randrange(100, 9999)}."
         )
@@ -606,7 +616,7 @@ class _Conversation:
             finished_at=iso_ms(now + 3_800),
         )
         saved = folded_tokens - output_tokens
-        turn.batch += (run, Fold(run, folded), Compaction(run, thread, summary, saved))
+        turn.batch += (run, Fold(run, thread, folded), Compaction(run, thread, summary, saved))
         thread.summary = summary
 
     @staticmethod
@@ -694,6 +704,8 @@ class _Writer:
         self.compactions: list[tuple] = []
         self.sessions: list[tuple] = []
         self.memories: list[tuple] = []
+        # The ids of an open thread's messages in order: a fold names them by their places.
+        self.thread_messages: dict[int | None, list[int]] = {}
         self._take: dict[type, Callable] = {
             Message: self._message,
             Run: self._run,
@@ -714,10 +726,11 @@ class _Writer:
 
     def _message(self, m: Message) -> None:
         self.counts.messages += 1
-        m.id = self.counts.messages
+        message_id, thread_id = self.counts.messages, m.thread.id
         self.messages.append(
-            (m.id, m.thread.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.created_at)
+            (message_id, thread_id, m.role, m.content, m.tool_calls, m.tool_call_id, m.created_at)
         )
+        self.thread_messages[thread_id].append(message_id)
 
     def _run(self, r: Run) -> None:
         self.counts.runs += 1
@@ -748,15 +761,18 @@ class _Writer:
     def _thread(self, t: Thread) -> None:
         self.counts.sessions += 1
         t.id = self.counts.sessions
+        self.thread_messages[t.id] = []
 
     def _thread_done(self, done: ThreadDone) -> None:
         t = done.thread
+        del self.thread_messages[t.id]
         self.sessions.append(
             (t.id, t.key, t.channel, t.status, t.summary, t.created_at, t.updated_at, t.archived_at)
         )
 
     def _fold(self, fold: Fold) -> None:
-        self.folds.extend((fold.run.id, message.id) for message in fold.messages)
+        ids = self.thread_messages[fold.thread.id]
+        self.folds.extend((fold.run.id, ids[place]) for place in fold.places)
 
     def _compaction(self, c: Compaction) -> None:
         self.compactions.append((c.run.id, c.thread.id, c.summary, c.saved_tokens))
