@@ -700,7 +700,7 @@ class _Writer:
         self.messages: list[tuple] = []
         self.runs: list[tuple] = []
         self.audit: list[tuple] = []
-        self.folds: list[tuple[int | None, int | None]] = []
+        self.folds: list[tuple[int | None, int]] = []  # (run id, message id)
         self.compactions: list[tuple] = []
         self.sessions: list[tuple] = []
         self.memories: list[tuple] = []
