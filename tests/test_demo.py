@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import sqlite3
 
+import pytest
+
 from tests.conftest import assert_clean_error
 from tests.volumes import table_dump
+from volumetool import demo
 
 
 def test_same_seed_same_volume_other_seed_other_volume(tmp_path, run_cli):
@@ -73,3 +78,87 @@ def test_demo_refuses_to_overwrite(tmp_path, run_cli):
     assert_clean_error(run_cli("demo", tmp_path / "new.db", "--config-out", config), 2)
     assert config.read_text() == "mine"
     assert not (tmp_path / "new.db").exists()
+
+
+# Digests of every row the demo writes, recorded from the code before `_Conversation` was
+# rewritten around dataclasses: the demo is the fixture of the golden files and the bench, so a
+# refactor must leave every row of every table the same for every size and seed. Only
+# _sqlite_migrations is left out: it records when each migration ran.
+DEMO_DIGESTS = {
+    (1, 1): "b227e6489be42561b1f73fd46084e42cf9a335ea1b75d6652bebdac01ef37be0",
+    (12, 1): "16e345ae4a75e5cf5d4b807b62c793d0e98fde6f3ee5fb268ce112ab103a64dc",
+    (40, 1): "7d9a87961bafd56738da58e5b8c56e9ec922577c41524752282115306d548125",
+    (40, 7): "2848701dacf9d1f115a551e53b2e0bf8482f1135d074682aab81e86c2b99ac39",
+    (200, 3): "5d643c50c2d01bb505f9015441f5e14606076cc68b5b38418f297a6873a581ae",
+    # Over FLUSH_ROWS messages: the rows reach the file in more than one batch.
+    (400, 5): "6ccfc1ca7c953a5ba2f108681f853782e24560c80778b854666c7f35f56ececd",
+}
+DEMO_TABLES = ("identity", "sessions", "messages", "runs", "audit", "compactions", "memories")
+
+
+def demo_digest(path) -> str:
+    """One SHA-256 over every agent table's rows in id (or key) order."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    digest = hashlib.sha256()
+    try:
+        for table in DEMO_TABLES:
+            digest.update(f"\x00{table}\x00".encode())
+            for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1"):
+                digest.update(repr(row).encode())
+    finally:
+        conn.close()
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize(("sessions", "seed"), sorted(DEMO_DIGESTS))
+def test_demo_rows_are_the_same_for_the_same_size_and_seed(tmp_path, sessions, seed):
+    path = tmp_path / "agent.db"
+    counts = demo.build(path, sessions=sessions, seed=seed)
+    assert demo_digest(path) == DEMO_DIGESTS[sessions, seed]
+    # The counts the command reports are the rows it wrote.
+    conn = sqlite3.connect(path)
+    written = {
+        table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        for table in ("sessions", "messages", "runs", "audit", "memories")
+    }
+    conn.close()
+    assert dataclasses.asdict(counts) == written
+    assert counts.sessions == sessions
+
+
+def test_the_agents_compactions_fold_whole_turns_and_never_the_prefix(tmp_path):
+    path = tmp_path / "agent.db"
+    demo.build(path, sessions=40, seed=1)
+    conn = sqlite3.connect(path)
+    folding_threads = 0
+    for (thread,) in conn.execute("SELECT DISTINCT session_id FROM messages"):
+        rows = conn.execute(
+            "SELECT role, folded_by FROM messages WHERE session_id = ? ORDER BY id", (thread,)
+        ).fetchall()
+        first_user = next(i for i, (role, _) in enumerate(rows) if role == "user")
+        assert all(folded_by is None for _, folded_by in rows[:first_user])
+        # A turn is a user message and everything up to the next one (SPEC section 2).
+        turns: list[list] = []
+        for role, folded_by in rows[first_user:]:
+            if role == "user":
+                turns.append([])
+            turns[-1].append(folded_by)
+        assert all(len(set(turn)) == 1 for turn in turns), "a fold splits a turn"
+        folds = [turn[0] for turn in turns]
+        live = folds.index(None)
+        assert all(run is None for run in folds[live:]), "a live turn before a folded one"
+        assert folds[:live] == sorted(folds[:live]), "a later fold before an earlier one"
+        folding_threads += live > 0
+    assert folding_threads > 0
+    # Each successful compaction run left its compactions row; the latest is the summary.
+    assert conn.execute(
+        """SELECT count(*) FROM runs r LEFT JOIN compactions c ON c.run_id = r.id
+           WHERE r.trigger = 'compaction' AND r.status = 'ok'
+           AND (c.run_id IS NULL OR c.session_id != r.session_id)"""
+    ).fetchone() == (0,)
+    assert conn.execute(
+        """SELECT count(*) FROM sessions s JOIN compactions c ON c.run_id =
+             (SELECT max(run_id) FROM compactions WHERE session_id = s.id)
+           WHERE c.summary IS NOT s.summary"""
+    ).fetchone() == (0,)
+    conn.close()

@@ -1,15 +1,18 @@
-"""`volumetool demo`: a realistic sample volume, the same bytes for the same seed.
+"""`volumetool demo`: a realistic sample volume, the same rows for the same seed.
 
 It doubles as the fixture builder of tests and benchmarks, so it scales: each conversation is a
-generator of timestamped batches (a turn, a compaction, a /new), the batches of all
+generator of timestamped batches of records (a turn: its messages, its run, its audit events
+and the compaction that may follow it; a thread's end at /new or at the end of the span). The
+records are small dataclasses shaped like the rows they become; the batches of all
 conversations are merged in time order so that ids follow append order as in a live file, and
-rows are bulk-inserted in one transaction of a staged file.
+the writer gives each record its id and bulk-inserts the rows in one transaction of a staged
+file. Only the migration records (when each migration ran) differ between two builds.
 
 What it holds: threads on several channels with tool calls and their permission events, an
 optional system prefix, archived threads left by /new, threads the agent already compacted
-(folded messages, a summary, a compaction run), threads past the compaction threshold that
-are due, a failed agent run and a failed compaction, scheduled runs without a thread,
-memories with their remember/forget events.
+(folded messages, a summary, a compaction run and what it wrote), threads past the compaction
+threshold that are due, a failed agent run and a failed compaction, scheduled runs without a
+thread, memories with their remember/forget events.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import heapq
 import json
 import random
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -170,6 +173,195 @@ class DemoCounts:
     memories: int = 0
 
 
+# The records a conversation hands the writer. Each table's ids follow append order as in a
+# live file, so ids are given by the writer, in merge order; a record that names another (a
+# message its thread, an audit event its run) reads that id once it is given.
+
+
+@dataclass(slots=True, eq=False)
+class Thread:
+    """A `sessions` row; numbered when its thread starts, written when the demo is done with it."""
+
+    key: str
+    channel: str
+    created_at: str
+    updated_at: str
+    status: str = "active"
+    summary: str | None = None
+    archived_at: str | None = None
+    id: int | None = None
+
+
+@dataclass(slots=True, eq=False)
+class ThreadDone:
+    """The thread's status, summary and times are final: write its row."""
+
+    thread: Thread
+
+
+@dataclass(slots=True, eq=False)
+class Message:
+    """A `messages` row, live until a fold names it."""
+
+    thread: Thread
+    role: str
+    content: str
+    created_at: str
+    tool_calls: str | None = None
+    tool_call_id: str | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Run:
+    """A `runs` row: a turn's model calls, a compaction, or a scheduled run without a thread."""
+
+    thread: Thread | None
+    trigger: str
+    model: str
+    started_at: str
+    status: str = "ok"
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    last_input_tokens: int | None = None
+    error: str | None = None
+    finished_at: str | None = None
+    id: int | None = None
+
+
+@dataclass(slots=True, eq=False)
+class AuditEvent:
+    """An `audit` row; a detail that names an id is written once that id is given."""
+
+    ts: str
+    event: str
+    detail: str | Callable[[], str]
+    thread: Thread | None
+    run: Run | None
+    actor: str = "agent"
+
+
+@dataclass(slots=True, eq=False)
+class Fold:
+    """A successful compaction run folds these messages into its thread's summary. They are
+    named by their places in the thread: the conversation keeps no message once written."""
+
+    run: Run
+    thread: Thread
+    places: range
+
+
+@dataclass(slots=True, eq=False)
+class Compaction:
+    """A `compactions` row: the summary a compaction run wrote and the tokens it saved."""
+
+    run: Run
+    thread: Thread
+    summary: str
+    saved_tokens: int
+
+
+@dataclass(slots=True, eq=False)
+class Memory:
+    """A `memories` row: a fact the agent remembered and still holds."""
+
+    key: str
+    value: str
+    created_at: str
+    updated_at: str
+
+
+Record = Thread | ThreadDone | Message | Run | AuditEvent | Fold | Compaction | Memory
+Batch = tuple[int, int, list[Record]]  # (time, tiebreak, records): merged in time order
+
+
+def _weight(text: str) -> int:
+    """Tokens a text adds to what the model reads: a rough 4 characters a token, plus framing."""
+    return len(text) // 4 + 8
+
+
+@dataclass(slots=True, eq=False)
+class LiveTurn:
+    """A turn the model still reads: where it starts in its thread, and its weight."""
+
+    first: int  # the place of its user message among the thread's messages (0 is the first)
+    weight: int = 0
+
+
+class Context:
+    """What the model reads of a thread (the pinned prefix, the summary once there is one, the
+    live turns) and what that costs in input tokens."""
+
+    def __init__(self, base_tokens: int, growth: int) -> None:
+        self.base_tokens = base_tokens
+        self.growth = growth
+        self.said = 0  # the thread's messages so far: the place of the next one
+        self.prefix_weight = 0  # what comes before the first turn: never folded
+        self.summary_weight = 0  # until a compaction writes a summary, there is none
+        self.turns: list[LiveTurn] = []
+        self.weight = 0  # prefix, summary and live turns
+
+    def start_turn(self) -> None:
+        self.turns.append(LiveTurn(self.said))
+
+    def add(self, message: Message) -> None:
+        weight = _weight(message.tool_calls or message.content)
+        if self.turns:
+            self.turns[-1].weight += weight
+        else:
+            self.prefix_weight += weight
+        self.said += 1
+        self.weight += weight
+
+    def input_tokens(self) -> int:
+        """A model call's input: the agent's instructions and tools, then the context."""
+        return self.base_tokens + self.growth * self.weight
+
+    def fold(self, summary_weight: int) -> tuple[range, int]:
+        """Replace all live turns but the last two by a summary; the places of the messages
+        folded, and their weight."""
+        folded, self.turns = self.turns[:-2], self.turns[-2:]
+        self.summary_weight = summary_weight
+        live = sum(turn.weight for turn in self.turns)
+        self.weight = self.prefix_weight + summary_weight + live
+        return range(folded[0].first, self.turns[0].first), sum(turn.weight for turn in folded)
+
+
+@dataclass(slots=True, eq=False)
+class _Turn:
+    """A turn being told: its records so far, its run, its clock, and its model calls' tokens."""
+
+    thread: Thread
+    context: Context
+    number: int
+    fields: dict[str, object]
+    run: Run
+    t: int
+    batch: list[Record]
+    calls_input: list[int]
+    calls_output: int = 0
+    _stamped: tuple[int, str] = (-1, "")
+
+    def stamp(self) -> str:
+        """The clock as the volume writes it; records of one moment share the text."""
+        if self._stamped[0] != self.t:
+            self._stamped = (self.t, iso_ms(self.t))
+        return self._stamped[1]
+
+    def say(
+        self, role: str, content: str, tool_calls: str | None = None, call_id: str | None = None
+    ) -> None:
+        message = Message(self.thread, role, content, self.stamp(), tool_calls, call_id)
+        self.batch.append(message)
+        self.context.add(message)
+
+    def audit(self, event: str, detail: str) -> None:
+        self.batch.append(AuditEvent(self.stamp(), event, detail, self.thread, self.run))
+
+    def call_model(self) -> None:
+        """The model reads the context again, tool results included."""
+        self.calls_input.append(self.context.input_tokens())
+
+
 class _Conversation:
     """One conversation key: an optional archived thread (ended by /new), then the active one."""
 
@@ -188,7 +380,7 @@ class _Conversation:
         # Some agents compact on their own; the others leave it to `volumetool compact` (cron),
         # so their long threads stay due.
         self.agent_compacts = rng.random() < 0.6
-        self.memories: dict[str, list[str]] = {}
+        self.memories: dict[str, Memory] = {}
         self.start = SPAN_START_MS + rng.randrange(int(SPAN_MS * 0.8))
         # The first conversations pin what every demo must show, whatever its size.
         self.force_failed_compaction = index == 0
@@ -224,8 +416,8 @@ class _Conversation:
             "region": rng.choice(("us-east-1", "eu-central-1", "ap-south-1")),
         }
 
-    def batches(self) -> Iterator[tuple[int, int, list]]:
-        """(time, tiebreak, records) in time order; records are lists the writer numbers."""
+    def batches(self) -> Iterator[Batch]:
+        """The conversation's batches (a turn, with its compaction if any; a thread's end)."""
         # Each thread gets its own window of the conversation's time; /new ends all but the last.
         end = SPAN_END_MS - 600_000
         bounds = [self.start]
@@ -239,7 +431,8 @@ class _Conversation:
         for number in range(self.threads):
             yield from self._thread(bounds[number], bounds[number + 1], number < self.threads - 1)
 
-    def _thread(self, now: int, until: int, archived: bool):
+    def _thread(self, now: int, until: int, archived: bool) -> Iterator[Batch]:
+        """A thread from its first turn to /new (archived) or to the end of the span (active)."""
         rng = self.rng
         turns = rng.randint(3, 20)
         if self.force_failed_compaction or self.force_due:
@@ -248,285 +441,224 @@ class _Conversation:
         starts = sorted(
             rng.randrange(now + 1_000, max(until - 300_000, now + 2_000)) for _ in range(turns)
         )
-        session = [None, self.key, self.channel, "active", None, iso_ms(now), iso_ms(now), None]
-        batch: list = [("session", session)]
-        live: list[tuple[list, int]] = []  # (message record, token weight)
-        turn_starts: list[int] = []  # indexes into `live` where each turn starts
-        prefix_len = 0
+        thread = Thread(self.key, self.channel, iso_ms(now), iso_ms(now))
+        context = Context(self.base_tokens, self.growth)
+        batch: list[Record] = [thread]
         if rng.random() < 0.3:
-            prefix_len = 1
             prefix = SYSTEM_PREFIXES[rng.randrange(2)].format(**self.fields())
-            record = ["message", session, "system", prefix, None, None, iso_ms(now)]
-            batch.append(record)
-            live.append((record, len(prefix) // 4 + 8))
-        pending_failure = self.force_failed_compaction
-        for turn in range(turns):
-            now = max(now + 1_000, starts[turn])
-            f = self.fields()
-            t = now
-            ask = ASKS[rng.randrange(len(ASKS))].format(**f)
-            user = ["message", session, "user", ask, None, None, iso_ms(t)]
-            batch.append(user)
-            turn_starts.append(len(live))
-            live.append((user, len(ask) // 4 + 8))
-            run = [
-                None,
-                session,
-                "webhook" if self.channel == "webhook" else "message",
-                MAIN_MODEL,
-                "ok",
-                None,
-                None,
-                None,
-                None,
-                iso_ms(t + 150),
-                None,
-            ]
-            batch.append(("run", run))
-            context = self.base_tokens + self.growth * sum(w for _, w in live)
-            calls_input, calls_output = [context], 0
-            failed = self.force_failed_run and turn == 1
-            if failed:
-                run[4] = "error"
-                run[8] = "provider error: 529 overloaded_error after 3 attempts"
-                run[10] = iso_ms(t + 31_000)
-                run[5] = context
-                run[7] = context
-                self.force_failed_run = False
-                now = t + 31_000
-                yield (t, self.index, batch)
-                batch = []
-                continue
-            t += 2_000
-            if rng.random() < 0.6:
-                calls = rng.randint(1, 2)
-                tool_calls = []
-                for n in range(calls):
-                    name, args, _ = TOOLS[rng.randrange(len(TOOLS))]
-                    tool_calls.append(
-                        {
-                            "id": f"call_{self.index}_{turn}_{n}",
-                            "type": "function",
-                            "function": {"name": name, "arguments": json.dumps(args(f))},
-                        }
-                    )
-                text = json.dumps(tool_calls)
-                assistant = ["message", session, "assistant", "", text, None, iso_ms(t)]
-                batch.append(assistant)
-                live.append((assistant, len(text) // 4 + 8))
-                calls_output += len(text) // 4
-                for call in tool_calls:
-                    t += rng.randrange(300, 4_000)
-                    name = call["function"]["name"]
-                    denied = rng.random() < 0.05
-                    batch.append(
-                        [
-                            "audit",
-                            iso_ms(t),
-                            "permission",
-                            json.dumps({"tool": name, "decision": "deny" if denied else "allow"}),
-                            session,
-                            run,
-                            "agent",
-                        ]
-                    )
-                    output = (
-                        f"Permission denied: the operator policy does not allow {name} here."
-                        if denied
-                        else next(o for n_, _, o in TOOLS if n_ == name).format(**f)
-                    )
-                    result = ["message", session, "tool", output, None, call["id"], iso_ms(t)]
-                    batch.append(result)
-                    live.append((result, len(output) // 4 + 8))
-                calls_input.append(self.base_tokens + self.growth * sum(w for _, w in live))
-            if rng.random() < 0.35 or (turn < 5 and len(self.memories) < turn + 1):
-                t = self._memory_call(batch, live, session, run, t, turn, calls_input)
-            t += rng.randrange(2_000, 20_000)
-            reply = REPLIES[rng.randrange(len(REPLIES))].format(**f)
-            assistant = ["message", session, "assistant", reply, None, None, iso_ms(t)]
-            batch.append(assistant)
-            live.append((assistant, len(reply) // 4 + 8))
-            calls_output += len(reply) // 4
-            run[10] = iso_ms(t + 120)
-            if rng.random() < 0.02:
-                pass  # the provider reported no usage for this run: figures stay NULL
-            else:
-                run[5], run[6], run[7] = sum(calls_input), calls_output, calls_input[-1]
-            if self.channel != "webhook" and rng.random() < 0.05:
-                run[2] = "manual" if self.channel == "repl" else "schedule"
-            now = t + 500
-            if (
-                run[7] is not None
-                and run[7] >= THRESHOLD
-                and len(turn_starts) >= 3
-                and not (self.force_due and not archived)
-            ):
-                if pending_failure:
-                    pending_failure = False
-                    self._failed_compaction(batch, session, now)
-                    self.force_failed_compaction = False
-                elif self.agent_compacts:
-                    live, turn_starts = self._compaction(
-                        batch, session, live, turn_starts, prefix_len, now
-                    )
-                    now += 4_000
-            yield (t, self.index, batch)
+            message = Message(thread, "system", prefix, iso_ms(now))
+            batch.append(message)
+            context.add(message)
+        for number, start in enumerate(starts):
+            turn = self._begin_turn(thread, context, number, max(now + 1_000, start), batch)
+            now = self._turn(turn, archived)
+            yield (turn.t, self.index, batch)
             batch = []
-        if archived:
-            now += rng.randrange(60_000, 3600_000)
-            session[3], session[7] = "archived", iso_ms(now)
-            session[6] = iso_ms(now)
-            batch.append(
-                [
-                    "audit",
-                    iso_ms(now),
-                    "thread",
-                    lambda: json.dumps(
-                        {
-                            "action": "new",
-                            "archived_session_id": session[0],
-                            "conversation_key": self.key,
-                        }
-                    ),
-                    session,
-                    None,
-                    "agent",
-                ]
-            )
-        else:
-            session[6] = iso_ms(now)
-        batch.append(("session_done", session))
-        if not archived:
-            for key, (value, created, updated) in sorted(self.memories.items()):
-                batch.append(("memory", key, value, created, updated))
+        now, batch = self._end(thread, now, archived)
         yield (now, self.index, batch)
 
-    def _memory_call(self, batch, live, session, run, t, turn, calls_input) -> int:
+    def _begin_turn(
+        self, thread: Thread, context: Context, number: int, t: int, batch: list[Record]
+    ) -> _Turn:
+        fields = self.fields()
+        trigger = "webhook" if self.channel == "webhook" else "message"
+        run = Run(thread, trigger, MAIN_MODEL, iso_ms(t + 150))
+        return _Turn(thread, context, number, fields, run, t, batch, [])
+
+    def _turn(self, turn: _Turn, archived: bool) -> int:
+        """The user asks, the run answers (tool and memory calls, then a reply), and the agent
+        may compact; returns when the next turn may start."""
         rng = self.rng
-        t += rng.randrange(500, 3_000)
+        ask = ASKS[rng.randrange(len(ASKS))].format(**turn.fields)
+        turn.context.start_turn()
+        turn.say("user", ask)
+        turn.batch.append(turn.run)
+        turn.call_model()
+        if self.force_failed_run and turn.number == 1:
+            self.force_failed_run = False
+            return self._fail_run(turn)
+        turn.t += 2_000
+        if rng.random() < 0.6:
+            self._tool_calls(turn)
+        if rng.random() < 0.35 or (turn.number < 5 and len(self.memories) < turn.number + 1):
+            self._memory_call(turn)
+        self._reply(turn)
+        now = turn.t + 500
+        if self._due(turn, archived):
+            now = self._compact(turn, now)
+        return now
+
+    @staticmethod
+    def _fail_run(turn: _Turn) -> int:
+        """The provider stays overloaded: the run fails after its retries, with no reply."""
+        run, context = turn.run, turn.calls_input[0]
+        run.status = "error"
+        run.error = "provider error: 529 overloaded_error after 3 attempts"
+        run.finished_at = iso_ms(turn.t + 31_000)
+        run.input_tokens = run.last_input_tokens = context
+        return turn.t + 31_000
+
+    def _tool_calls(self, turn: _Turn) -> None:
+        """The model calls one or two tools; each is allowed (rarely denied), then answers."""
+        rng = self.rng
+        calls: list[tuple[dict, str]] = []  # (tool call, its output's template)
+        for n in range(rng.randint(1, 2)):
+            name, args, output = TOOLS[rng.randrange(len(TOOLS))]
+            arguments = json.dumps(args(turn.fields))
+            call_id = f"call_{self.index}_{turn.number}_{n}"
+            function = {"name": name, "arguments": arguments}
+            calls.append(({"id": call_id, "type": "function", "function": function}, output))
+        text = json.dumps([call for call, _ in calls])
+        turn.say("assistant", "", tool_calls=text)
+        turn.calls_output += len(text) // 4
+        for call, output in calls:
+            turn.t += rng.randrange(300, 4_000)
+            name = call["function"]["name"]
+            denied = rng.random() < 0.05
+            turn.audit(
+                "permission", json.dumps({"tool": name, "decision": "deny" if denied else "allow"})
+            )
+            if denied:
+                answer = f"Permission denied: the operator policy does not allow {name} here."
+            else:
+                answer = output.format(**turn.fields)
+            turn.say("tool", answer, call_id=call["id"])
+        turn.call_model()
+
+    def _memory_call(self, turn: _Turn) -> None:
+        """The model remembers a fact about the person, or forgets one the agent holds."""
+        rng = self.rng
+        turn.t += rng.randrange(500, 3_000)
         forget = bool(self.memories) and rng.random() < 0.1
         if forget:
             key = sorted(self.memories)[rng.randrange(len(self.memories))]
-            name, args = "forget", {"key": key}
+            args = {"key": key}
         else:
             attribute = ATTRIBUTES[rng.randrange(len(ATTRIBUTES))]
             key = f"{self.handle}.{attribute}"
             facts = MEMORY_FACTS[attribute]
-            value = facts[rng.randrange(len(facts))]
-            name, args = "remember", {"key": key, "value": value}
-        call_id = f"call_{self.index}_{turn}_m"
-        text = json.dumps(
-            [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args)},
-                }
-            ],
-            ensure_ascii=False,
-        )
-        assistant = ["message", session, "assistant", "", text, None, iso_ms(t)]
-        batch.append(assistant)
-        live.append((assistant, len(text) // 4 + 8))
-        t += rng.randrange(50, 400)
-        stamp = iso_ms(t)
+            args = {"key": key, "value": facts[rng.randrange(len(facts))]}
+        action = "forget" if forget else "remember"
+        call_id = f"call_{self.index}_{turn.number}_m"
+        function = {"name": action, "arguments": json.dumps(args)}
+        call = {"id": call_id, "type": "function", "function": function}
+        turn.say("assistant", "", tool_calls=json.dumps([call], ensure_ascii=False))
+        turn.t += rng.randrange(50, 400)
+        stamp = turn.stamp()
         if forget:
             del self.memories[key]
         else:
-            created = self.memories.get(key, (None, stamp))[1]
-            self.memories[key] = [value, created, stamp]
-        batch.append(
-            [
-                "audit",
-                stamp,
-                "memory",
-                json.dumps({"action": name, "key": key}, ensure_ascii=False),
-                session,
-                run,
-                "agent",
-            ]
-        )
-        output = f"{'Forgot' if forget else 'Remembered'} {key}."
-        result = ["message", session, "tool", output, None, call_id, stamp]
-        batch.append(result)
-        live.append((result, len(output) // 4 + 8))
-        calls_input.append(self.base_tokens + self.growth * sum(w for _, w in live))
-        return t
+            held = self.memories.get(key)
+            created = held.created_at if held else stamp
+            self.memories[key] = Memory(key, args["value"], created, stamp)
+        turn.audit("memory", json.dumps({"action": action, "key": key}, ensure_ascii=False))
+        turn.say("tool", f"{'Forgot' if forget else 'Remembered'} {key}.", call_id=call_id)
+        turn.call_model()
 
-    def _compaction(self, batch, session, live, turn_starts, prefix_len, now):
+    def _reply(self, turn: _Turn) -> None:
+        """The model's answer ends the run, which reports its usage (now and then it does not)."""
+        rng = self.rng
+        turn.t += rng.randrange(2_000, 20_000)
+        reply = REPLIES[rng.randrange(len(REPLIES))].format(**turn.fields)
+        turn.say("assistant", reply)
+        turn.calls_output += len(reply) // 4
+        run = turn.run
+        run.finished_at = iso_ms(turn.t + 120)
+        if rng.random() >= 0.02:  # else the provider reported no usage: figures stay NULL
+            run.input_tokens = sum(turn.calls_input)
+            run.output_tokens = turn.calls_output
+            run.last_input_tokens = turn.calls_input[-1]
+        if self.channel != "webhook" and rng.random() < 0.05:
+            run.trigger = "manual" if self.channel == "repl" else "schedule"
+
+    def _due(self, turn: _Turn, archived: bool) -> bool:
+        """Past the threshold with three live turns (the pinned due thread is left due)."""
+        tokens = turn.run.last_input_tokens
+        if tokens is None or tokens < THRESHOLD or len(turn.context.turns) < 3:
+            return False
+        return archived or not self.force_due
+
+    def _compact(self, turn: _Turn, now: int) -> int:
+        """The pinned failure, the agent's own compaction, or nothing (cron's `volumetool
+        compact` will); returns when the next turn may start."""
+        if self.force_failed_compaction:
+            self.force_failed_compaction = False
+            self._failed_compaction(turn, now)
+        elif self.agent_compacts:
+            self._compaction(turn, now)
+            now += 4_000
+        return now
+
+    def _compaction(self, turn: _Turn, now: int) -> None:
         """The agent's own auto-compaction: fold all live turns but the last two."""
         rng = self.rng
-        cut = turn_starts[-2]
-        first = turn_starts[0]
-        folded = [record for record, _ in live[first:cut]]
-        folded_tokens = self.base_tokens // 4 + sum(w for _, w in live[first:cut])
+        thread, context = turn.thread, turn.context
         decision = rng.choice(MEMORY_FACTS["deploy_region"])
         summary = (
             f"Summary of the earlier conversation with {self.person}: "
-            f"{len(turn_starts) - 2} turns about {rng.choice(SERVICES)} and "
+            f"{len(context.turns) - 2} turns about {rng.choice(SERVICES)} and "
             f"{rng.choice(SERVICES)} operations. Decided: {decision}. "
             f"Open task: follow up on issue #{rng.randrange(100, 9999)}."
         )
-        if session[4]:
-            summary += " It continues the earlier summary: " + session[4].split(". ")[0] + "."
+        if thread.summary:
+            summary += " It continues the earlier summary: " + thread.summary.split(". ")[0] + "."
         output_tokens = len(summary) // 4
-        run = [
-            None,
-            session,
+        folded, weight = context.fold(_weight(summary))
+        folded_tokens = self.base_tokens // 4 + weight
+        run = Run(
+            thread,
             "compaction",
             SMALL_MODEL,
-            "ok",
-            folded_tokens,
-            output_tokens,
-            folded_tokens,
-            None,
             iso_ms(now + 200),
-            iso_ms(now + 3_800),
-        ]
-        batch.append(("run", run))
-        batch.append(("fold", run, folded))
-        saved = folded_tokens - len(summary) // 4
-        batch.append(("compaction", run, session, summary, saved))
-        session[4] = summary
-        summary_weight = len(summary) // 4 + 8
-        # What the model sees next: the prefix, the summary, then the two kept turns.
-        kept = [*live[:prefix_len], (["summary"], summary_weight), *live[cut:]]
-        starts = [prefix_len + 1 + (s - cut) for s in turn_starts[-2:]]
-        return kept, starts
+            input_tokens=folded_tokens,
+            output_tokens=output_tokens,
+            last_input_tokens=folded_tokens,
+            finished_at=iso_ms(now + 3_800),
+        )
+        saved = folded_tokens - output_tokens
+        turn.batch += (run, Fold(run, thread, folded), Compaction(run, thread, summary, saved))
+        thread.summary = summary
 
-    def _failed_compaction(self, batch, session, now) -> None:
+    @staticmethod
+    def _failed_compaction(turn: _Turn, now: int) -> None:
+        """The compaction model stays unreachable: a failed run and its audit event."""
         reason = (
             "HTTP 503 from https://api.openai.com/v1/chat/completions after 3 attempts "
             "(request req_7f3a9c)"
         )
-        run = [
-            None,
-            session,
+        run = Run(
+            turn.thread,
             "compaction",
             SMALL_MODEL,
-            "error",
-            None,
-            None,
-            None,
-            reason,
             iso_ms(now + 200),
-            iso_ms(now + 45_000),
-        ]
-        batch.append(("run", run))
-        batch.append(
-            [
-                "audit",
-                iso_ms(now + 45_010),
-                "compaction",
-                json.dumps({"action": "failed", "reason": reason}),
-                session,
-                run,
-                "agent",
-            ]
+            status="error",
+            error=reason,
+            finished_at=iso_ms(now + 45_000),
+        )
+        detail = json.dumps({"action": "failed", "reason": reason})
+        turn.batch += (
+            run,
+            AuditEvent(iso_ms(now + 45_010), "compaction", detail, turn.thread, run),
         )
 
+    def _end(self, thread: Thread, now: int, archived: bool) -> tuple[int, list[Record]]:
+        """/new archives the thread; the active one leaves the agent's memories behind."""
+        if not archived:
+            thread.updated_at = iso_ms(now)
+            memories = [self.memories[key] for key in sorted(self.memories)]
+            return now, [ThreadDone(thread), *memories]
+        now += self.rng.randrange(60_000, 3600_000)
+        thread.status = "archived"
+        thread.archived_at = thread.updated_at = iso_ms(now)
 
-def _scheduler(seed: int, count: int) -> Iterator[tuple[int, int, list]]:
+        def detail() -> str:  # the thread's id is given when its first batch is written
+            new = {"action": "new", "archived_session_id": thread.id, "conversation_key": self.key}
+            return json.dumps(new)
+
+        return now, [AuditEvent(iso_ms(now), "thread", detail, thread, None), ThreadDone(thread)]
+
+
+def _scheduler(seed: int, count: int) -> Iterator[Batch]:
     """Scheduled runs without a thread (a daily digest, a status poll), each with a check."""
     rng = random.Random(f"volumetool-demo:{seed}:scheduler")
     step = SPAN_MS // max(count, 1)
@@ -535,44 +667,32 @@ def _scheduler(seed: int, count: int) -> Iterator[tuple[int, int, list]]:
         ok = rng.random() > 0.01
         context = rng.randint(3_000, 12_000)
         output = rng.randint(50, 600)
-        run = [
-            None,
+        run = Run(
             None,
             "schedule",
             MAIN_MODEL,
-            "ok" if ok else "error",
-            context,
-            output if ok else None,
-            context,
-            None if ok else "tool error: http_get timed out after 30s",
             iso_ms(t),
-            iso_ms(t + rng.randrange(2_000, 30_000)),
-        ]
+            status="ok" if ok else "error",
+            input_tokens=context,
+            output_tokens=output if ok else None,
+            last_input_tokens=context,
+            error=None if ok else "tool error: http_get timed out after 30s",
+            finished_at=iso_ms(t + rng.randrange(2_000, 30_000)),
+        )
         service = SERVICES[rng.randrange(len(SERVICES))]
-        batch: list = [("run", run)]
+        batch: list[Record] = [run]
         if rng.random() < 0.7:
-            batch.append(
-                [
-                    "audit",
-                    iso_ms(t + 900),
-                    "permission",
-                    json.dumps(
-                        {
-                            "tool": "http_get",
-                            "decision": "allow",
-                            "url": f"https://status.example.com/{service}",
-                        }
-                    ),
-                    None,
-                    run,
-                    "agent",
-                ]
-            )
+            check = {
+                "tool": "http_get",
+                "decision": "allow",
+                "url": f"https://status.example.com/{service}",
+            }
+            batch.append(AuditEvent(iso_ms(t + 900), "permission", json.dumps(check), None, run))
         yield (t, -1, batch)
 
 
 class _Writer:
-    """Numbers records in merge order and bulk-inserts them."""
+    """Gives each record its id in merge order and bulk-inserts the rows."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -580,59 +700,86 @@ class _Writer:
         self.messages: list[tuple] = []
         self.runs: list[tuple] = []
         self.audit: list[tuple] = []
-        self.folds: list[tuple[int, int]] = []
+        self.folds: list[tuple[int | None, int]] = []  # (run id, message id)
         self.compactions: list[tuple] = []
         self.sessions: list[tuple] = []
         self.memories: list[tuple] = []
-        self.last_archived: dict[str, int] = {}
+        # The ids of an open thread's messages in order: a fold names them by their places.
+        self.thread_messages: dict[int | None, list[int]] = {}
+        self._take: dict[type, Callable] = {
+            Message: self._message,
+            Run: self._run,
+            AuditEvent: self._audit,
+            Thread: self._thread,
+            ThreadDone: self._thread_done,
+            Fold: self._fold,
+            Compaction: self._compaction,
+            Memory: self._memory,
+        }
 
-    def take(self, records: list) -> None:
-        c = self.counts
+    def take(self, records: list[Record]) -> None:
+        take = self._take
         for record in records:
-            kind = record[0]
-            if kind == "message":
-                c.messages += 1
-                record[0] = c.messages
-                self.messages.append((c.messages, record[1][0], *record[2:7]))
-                del record[2:]  # the generator keeps the record only for its id
-            elif kind == "audit":
-                c.audit += 1
-                _, ts, event, detail, session, run, actor = record
-                if callable(detail):  # it names ids that exist only once numbered
-                    detail = detail()
-                self.audit.append(
-                    (
-                        c.audit,
-                        ts,
-                        event,
-                        detail,
-                        session[0] if session else None,
-                        run[0] if run else None,
-                        actor,
-                    )
-                )
-            elif kind == "run":
-                run = record[1]
-                c.runs += 1
-                run[0] = c.runs
-                session = run[1]
-                self.runs.append((c.runs, session[0] if session else None, *run[2:]))
-            elif kind == "session":
-                c.sessions += 1
-                record[1][0] = c.sessions
-            elif kind == "session_done":
-                self.sessions.append(tuple(record[1]))
-            elif kind == "fold":
-                run_id = record[1][0]
-                self.folds.extend((run_id, message[0]) for message in record[2])
-            elif kind == "compaction":
-                _, run, session, summary, saved = record
-                self.compactions.append((run[0], session[0], summary, saved))
-            elif kind == "memory":
-                c.memories += 1
-                self.memories.append(record[1:])
+            take[type(record)](record)
         if len(self.messages) >= FLUSH_ROWS:
             self.flush()
+
+    def _message(self, m: Message) -> None:
+        self.counts.messages += 1
+        message_id, thread_id = self.counts.messages, m.thread.id
+        self.messages.append(
+            (message_id, thread_id, m.role, m.content, m.tool_calls, m.tool_call_id, m.created_at)
+        )
+        self.thread_messages[thread_id].append(message_id)
+
+    def _run(self, r: Run) -> None:
+        self.counts.runs += 1
+        r.id = self.counts.runs
+        self.runs.append(
+            (
+                r.id,
+                r.thread.id if r.thread else None,
+                r.trigger,
+                r.model,
+                r.status,
+                r.input_tokens,
+                r.output_tokens,
+                r.last_input_tokens,
+                r.error,
+                r.started_at,
+                r.finished_at,
+            )
+        )
+
+    def _audit(self, a: AuditEvent) -> None:
+        self.counts.audit += 1
+        detail = a.detail if isinstance(a.detail, str) else a.detail()
+        thread_id = a.thread.id if a.thread else None
+        run_id = a.run.id if a.run else None
+        self.audit.append((self.counts.audit, a.ts, a.event, detail, thread_id, run_id, a.actor))
+
+    def _thread(self, t: Thread) -> None:
+        self.counts.sessions += 1
+        t.id = self.counts.sessions
+        self.thread_messages[t.id] = []
+
+    def _thread_done(self, done: ThreadDone) -> None:
+        t = done.thread
+        del self.thread_messages[t.id]
+        self.sessions.append(
+            (t.id, t.key, t.channel, t.status, t.summary, t.created_at, t.updated_at, t.archived_at)
+        )
+
+    def _fold(self, fold: Fold) -> None:
+        ids = self.thread_messages[fold.thread.id]
+        self.folds.extend((fold.run.id, ids[place]) for place in fold.places)
+
+    def _compaction(self, c: Compaction) -> None:
+        self.compactions.append((c.run.id, c.thread.id, c.summary, c.saved_tokens))
+
+    def _memory(self, m: Memory) -> None:
+        self.counts.memories += 1
+        self.memories.append((m.key, m.value, m.created_at, m.updated_at))
 
     def flush(self) -> None:
         conn = self.conn
