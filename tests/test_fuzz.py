@@ -201,7 +201,12 @@ def test_no_command_crashes_or_exits_with_a_code_the_spec_does_not_define(
             shutil.copyfile(source, target)
     path, args = data.draw(invocations(files, work))
     before = table_dump(work / "vol")
-    result = run([*path, *args])
+    here = os.getcwd()
+    os.chdir(work)  # a drawn relative path lands in the example's own directory
+    try:
+        result = run([*path, *args])
+    finally:
+        os.chdir(here)
     event(f"exit {result.exit_code}")
     assert result.exit_code in EXIT_CODES | {130} and result.exit_code != 130, result
     output = result.stdout + result.stderr
