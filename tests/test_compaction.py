@@ -649,7 +649,10 @@ def test_each_result_line_says_what_happened_in_one_line():
     }
     for line, expected in lines.items():
         assert line == expected
+    assert Outcome("v", "k", 1, "skipped").line() == "v k: skipped: "
     assert _internal(KeyError("x\ny")) == "internal error: KeyError: 'x\\ny'"
+    long = _internal(RuntimeError("y" * 1000))
+    assert len(long) == 300 and long.endswith("y…")
 
 
 def test_retention_is_reported_and_a_lossy_summary_can_be_refused(run_cli, volume, server):

@@ -315,3 +315,17 @@ def test_instructions_add_to_the_prompt_and_never_replace_it():
     assert DATA_RULES in prompt
     assert prompt.endswith("Additional instructions from the operator:\nKeep every ticket number.")
     assert system_prompt(DEFAULT_PROMPT, "   ") == system_prompt()
+
+
+def test_an_archived_thread_is_never_due_in_the_store(tmp_path):
+    import sqlite3
+
+    from tests.volumes import VolumeWriter, due_thread
+    from volumetool.compaction.store import thread_due
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = due_thread(w, "k")
+    w.close()
+    conn = sqlite3.connect(w.path)
+    assert thread_due(conn, s, ON).due
+    assert not thread_due(conn, s, ON, active=False).due

@@ -155,3 +155,85 @@ def test_a_malformed_answer_still_carries_the_usage_it_reported(server):
     error, _ = run(server, attempts=1)
     assert isinstance(error, ModelError) and "empty choices" in str(error)
     assert (error.usage.input_tokens, error.usage.output_tokens) == (1200, 80)
+
+
+def test_retry_after_waits_exactly_that_plus_a_quarter_of_the_jitter(server):
+    server.retry_after = "2"
+    server.queue("429")
+    _, delays = run(server, jitter=1.0)
+    assert delays == [2 + 0.5 / 4]
+
+
+WHERE = "POST http://example.test/v1/chat/completions"
+
+
+def chained(outer: BaseException, inner: BaseException) -> BaseException:
+    outer.__cause__ = inner
+    return outer
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason", "endpoint_wide", "retryable"),
+    [
+        (
+            chained(OSError("x"), __import__("socket").gaierror(-2, "x")),
+            "DNS failure: the host does not resolve",
+            True,
+            False,
+        ),
+        (
+            OSError("Temporary failure in name resolution"),
+            "DNS failure: the host does not resolve",
+            True,
+            False,
+        ),
+        (
+            OSError("[Errno -2] Name or service not known"),
+            "DNS failure: the host does not resolve",
+            True,
+            False,
+        ),
+        (chained(OSError("x"), __import__("ssl").SSLError(1, "x")), "TLS failure", True, False),
+        (OSError("[SSL: WRONG_VERSION_NUMBER] wrong version number"), "TLS failure", True, False),
+        (OSError("certificate verify failed: self signed"), "TLS failure", True, False),
+        (ConnectionRefusedError("refused"), "connection refused", True, True),
+        (OSError("All connection attempts failed"), "connection refused", True, True),
+        (OSError(110, "timed out"), "connection error (TimeoutError)", False, True),
+        (OSError("reset by peer"), "connection error (OSError)", False, True),
+    ],
+)
+def test_connection_failures_are_told_apart(failure, reason, endpoint_wide, retryable):
+    from volumetool.model_client import connection_failure
+
+    error = connection_failure(failure, WHERE)
+    assert (error.reason, error.endpoint_wide, error.retryable) == (
+        reason,
+        endpoint_wide,
+        retryable,
+    )
+    assert error.where == WHERE and str(error) == f"{reason} ({WHERE})"
+
+
+def test_anthropic_answers_are_read_field_by_field():
+    from volumetool.model_client import _anthropic, _Malformed
+
+    usage = {"input_tokens": 10, "output_tokens": 2}
+    plain = _anthropic(
+        {"content": [{"type": "text", "text": "s"}], "stop_reason": "end_turn", "usage": usage},
+        "r",
+    )
+    assert (plain.text, plain.tool_call, plain.usage.input_tokens) == ("s", False, 10)
+    for broken in (
+        {"content": None, "usage": usage},
+        {"content": [{"type": "text"}], "usage": usage},
+        {"content": ["not a block"], "usage": usage},
+    ):
+        with pytest.raises(_Malformed) as caught:
+            _anthropic(broken, "r")
+        assert caught.value.usage.input_tokens == 10 and str(caught.value)
+
+
+def test_a_malformed_answer_names_its_request(server):
+    server.fault = "malformed"
+    error, _ = run(server, attempts=1)
+    assert error.request_id == "req_test_1" and "request req_test_1" in str(error)

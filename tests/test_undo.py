@@ -250,3 +250,27 @@ def test_savings_are_totalled_in_status_and_leave_it_when_undone(server, tmp_pat
     undo_in(w.path, "a")
     totals = json.loads(run_cli("status", w.path, "--json").stdout)
     assert totals["tokens"]["compaction_saved"] == saved[1]
+
+
+def test_the_undo_event_names_the_thread_the_run_and_the_restored_summary(server, tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = due_thread(w, "k", turns=6)
+    w.close()
+    [first], _ = compact([str(w.path)], request(server))
+    agent_turn(w.path, session, 0)
+    server.answer = lambda body: "The second summary: deploy/values.yaml, PR #204."
+    [second], _ = compact([str(w.path)], request(server))
+    server.answer = None
+    plan = undo_in(w.path, "k")
+    assert (plan.run_id, plan.restored_run_id) == (second.run_id, first.run_id)
+    event_row = table_dump(w.path)["audit"][-1]
+    _, ts, kind, detail, session_id, run_id, actor = event_row
+    assert (kind, session_id, run_id, actor) == ("compaction", session, second.run_id, "volumetool")
+    assert ts.endswith("Z") and ts[:4] == "20" + ts[2:4]
+    assert json.loads(detail) == {
+        "action": "undo",
+        "key": "k",
+        "undone_run_id": second.run_id,
+        "restored_run_id": first.run_id,
+        "messages": plan.messages,
+    }

@@ -547,9 +547,9 @@ class _Malformed(ValueError):
         self.usage = usage
 
 
-def _mapping(value: object, what: str) -> dict:
+def _mapping(value: object, what: str, usage: Usage) -> dict:
     if not isinstance(value, dict):
-        raise _Malformed(f"{what} is not an object")
+        raise _Malformed(f"{what} is not an object", usage)
     return value
 
 
@@ -565,8 +565,8 @@ def _openai(payload: dict, request_id: str | None) -> Completion:
         raise _Malformed("no choices", usage)
     if not choices:
         raise _Malformed("an empty choices list", usage)
-    choice = _mapping(choices[0], "choices[0]")
-    message = _mapping(choice.get("message"), "choices[0].message")
+    choice = _mapping(choices[0], "choices[0]", usage)
+    message = _mapping(choice.get("message"), "choices[0].message", usage)
     content = message.get("content")
     if isinstance(content, list):  # some compatible servers answer with content parts
         content = "".join(
@@ -603,7 +603,7 @@ def _anthropic(payload: dict, request_id: str | None) -> Completion:
     texts = []
     tool_call = False
     for block in blocks:
-        block = _mapping(block, "a content block")
+        block = _mapping(block, "a content block", usage)
         kind = block.get("type")
         if kind == "text":
             if not isinstance(block.get("text"), str):
