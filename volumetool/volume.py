@@ -340,6 +340,7 @@ class Volume:
         self.busy_timeout = busy_timeout
         self.gate = gate
         self.written = False  # a write transaction committed
+        self.differences: list[Difference] = []  # how a read-only file departs from the format
         check_file(self.path)
         self.conn: sqlite3.Connection
         with self.translating():
@@ -376,7 +377,7 @@ class Volume:
             admit(self.conn, self.schema, self.path)
             return
         require_current(self.schema, self.path)
-        differences = schema_differences(self.conn)
+        differences = self.differences = schema_differences(self.conn)
         if differences:
             warnings.warn(
                 f"{self.path}: the schema departs from the format: "
