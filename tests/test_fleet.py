@@ -244,6 +244,17 @@ def test_schema_states_older_newer_legacy_and_untrusted(fleet, tmp_path, run_cli
     assert "departs from the format" in result.stderr  # the untrusted one's warning
 
 
+def test_an_untrusted_volume_between_trusted_ones_is_the_only_one_flagged(fleet, run_cli):
+    """One process compares each distinct schema once: a planted trigger is still seen, in
+    whatever order the volumes come."""
+    with sqlite3.connect(fleet[1]["path"]) as conn:
+        conn.execute("CREATE VIEW planted AS SELECT key FROM memories")
+    for order in ([0, 1, 2], [1, 0, 2], [0, 2, 1]):
+        _, rows = status_json(run_cli, *(fleet[i]["path"] for i in order))
+        flagged = [row["agent"] for row in rows if row["schema"] == "untrusted"]
+        assert flagged == ["beta"], order
+
+
 def test_one_volume_keeps_the_single_object_and_text_view(fleet, config, run_cli):
     path = fleet[0]["path"]
     _, totals = status_json(run_cli, path)
