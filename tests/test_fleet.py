@@ -513,6 +513,8 @@ def test_metrics_file_problems_are_usage_errors_before_the_run(tmp_path, server,
     assert_clean_error(directory, 2, "is a directory")
     dry = run_compact(run_cli, volume, config, "--dry-run", "--metrics-file", tmp_path / "m.prom")
     assert_clean_error(dry, 2, "--dry-run")
+    nul = run_compact(run_cli, volume, config, "--metrics-file", f"{tmp_path}/m\x00.prom")
+    assert_clean_error(nul, 2, "NUL")
     assert server.requests == [] and volume.read_bytes() == before
 
 

@@ -259,6 +259,8 @@ def last_success_in(text: str) -> float | None:
 def check_textfile(path: str) -> Path:
     """A metrics file can be written at `path` (its directory exists and is writable): checked
     before a run starts, so a typo costs nothing."""
+    if "\x00" in path:
+        raise UnusableInput("a metrics file name cannot hold a NUL character")
     target = Path(path)
     directory = target.parent
     if target.is_dir():
