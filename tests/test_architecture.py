@@ -26,6 +26,8 @@ PURE = (
     "volumetool.compaction.plan",
     "volumetool.compaction.prompt",
     "volumetool.compaction.retention",
+    "volumetool.shard",
+    "volumetool.metrics",
 )
 
 

@@ -260,11 +260,25 @@ def read_schema(conn: sqlite3.Connection) -> dict[tuple[str, str], Definition]:
     return schema
 
 
+# The verdicts of the current format, by schema table: SQLite builds a file's schema from the
+# text of those rows alone, so files with the same rows have the same verdict, and a process
+# that reads many volumes of one format (`status` of a fleet) compares it once.
+_VERDICTS: dict[tuple, list[Difference]] = {}
+_MOST_VERDICTS = 64
+
+
 def schema_differences(
     conn: sqlite3.Connection, expected: Schema = CURRENT_SCHEMA
 ) -> list[Difference]:
     """How the file's schema departs from `expected` (the current format by default)."""
-    return compare(read_schema(conn), expected)
+    if expected is not CURRENT_SCHEMA:
+        return compare(read_schema(conn), expected)
+    rows = tuple(conn.execute(_OBJECTS_SQL))
+    if rows not in _VERDICTS:
+        if len(_VERDICTS) >= _MOST_VERDICTS:
+            _VERDICTS.clear()
+        _VERDICTS[rows] = compare(read_schema(conn), expected)
+    return list(_VERDICTS[rows])
 
 
 def describe_differences(differences: list[Difference], most: int = 10) -> str:
@@ -340,6 +354,7 @@ class Volume:
         self.busy_timeout = busy_timeout
         self.gate = gate
         self.written = False  # a write transaction committed
+        self.differences: list[Difference] = []  # how a read-only file departs from the format
         check_file(self.path)
         self.conn: sqlite3.Connection
         with self.translating():
@@ -376,7 +391,7 @@ class Volume:
             admit(self.conn, self.schema, self.path)
             return
         require_current(self.schema, self.path)
-        differences = schema_differences(self.conn)
+        differences = self.differences = schema_differences(self.conn)
         if differences:
             warnings.warn(
                 f"{self.path}: the schema departs from the format: "

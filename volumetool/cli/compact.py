@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 
 import click
 
@@ -11,6 +12,8 @@ from volumetool.cli.options import (
     Finite,
     Seconds,
     busy_timeout_option,
+    shard_option,
+    shard_volumes,
     volumes_argument,
     wait_option,
 )
@@ -97,6 +100,12 @@ def tuning_options(f):
     help="Add to the summary prompt, as `/compact TEXT` does: what to keep, what to drop.",
 )
 @tuning_options
+@click.option(
+    "--metrics-file",
+    metavar="FILE",
+    help="Write the run's figures there for node_exporter's textfile collector (atomically).",
+)
+@shard_option
 @wait_option
 @busy_timeout_option
 @click.option("--json", "output", flag_value="json", help="Results as one JSON array.")
@@ -113,6 +122,8 @@ def compact(
     api_key_env,
     prompt_file,
     instructions,
+    metrics_file,
+    shard,
     wait,
     busy_timeout,
     output,
@@ -133,6 +144,8 @@ def compact(
       volumetool compact ./vol --config agent.yaml --dry-run
       volumetool compact /srv/agents/*/ --config agent.yaml --nl >> compact.jsonl  # cron
       volumetool compact ./vol --config agent.yaml --key 'telegram:42' --force
+      volumetool compact /srv/agents/*/ --config agent.yaml --shard 0/4 \\
+          --metrics-file /var/lib/node_exporter/textfile/volumetool-compact-0.prom
     """
     from volumetool.compaction.run import OUTCOME_FIELDS, Request
     from volumetool.compaction.run import compact as run
@@ -165,6 +178,8 @@ def compact(
         **tuning,
         **request_kwargs,
     )
+    metrics = _metrics_destination(metrics_file, dry_run)
+    started = time.monotonic()
     show_progress = sys.stderr.isatty() and not dry_run
     with contextlib.ExitStack() as stack:
         bars = []  # the bar exists once planning knows how many threads there are
@@ -181,7 +196,9 @@ def compact(
             for bar in bars:
                 bar.update(1)
 
-        outcomes, code = run(list(volumes), request, on_planned=planned, on_done=done)
+        outcomes, code = run(
+            shard_volumes(volumes, shard), request, on_planned=planned, on_done=done
+        )
     if output:
         from volumetool.cli.options import emit
 
@@ -194,7 +211,36 @@ def compact(
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     click.echo(f"volumetool: {summary or 'nothing due'}", err=True)
-    sys.exit(code)
+    sys.exit(_record(metrics, outcomes, time.monotonic() - started, code, shard))
+
+
+def _metrics_destination(metrics_file: str | None, dry_run: bool):
+    """Where --metrics-file will be written, checked before the run; None without it."""
+    from volumetool.metrics import check_textfile
+
+    if metrics_file is None:
+        return None
+    if dry_run:
+        raise click.UsageError("--metrics-file records a real run, not a --dry-run")
+    return check_textfile(metrics_file)
+
+
+def _record(metrics, outcomes, duration: float, code: int, shard) -> int:
+    """Write the --metrics-file, if any; failing to is one more problem of the run. The exit
+    code of the run and of the writing."""
+    from volumetool.cli import show_error
+    from volumetool.errors import VolumetoolError, worst_exit_code
+    from volumetool.metrics import record_compaction
+
+    if metrics is None:
+        return code
+    labels = {"shard": str(shard)} if shard else {}
+    try:
+        record_compaction(metrics, outcomes, duration, succeeded=code == 0, labels=labels)
+    except VolumetoolError as exc:
+        show_error(exc)
+        return worst_exit_code([code, exc.exit_code])
+    return code
 
 
 def read_prompt(path: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime
 
 import click
@@ -17,8 +18,11 @@ from volumetool.cli.options import (
     note_cut,
     output_options,
     parse_since,
+    shard_option,
+    shard_volumes,
     since_option,
     volume_argument,
+    volumes_argument,
 )
 from volumetool.render import Listing
 
@@ -29,39 +33,94 @@ def _open(volume: str, busy_timeout: float):
     return Volume(volume, readonly=True, busy_timeout=busy_timeout)
 
 
-@click.command(short_help="/status totals.")
-@volume_argument
-@click.option("--json", "as_json", is_flag=True, help="The totals as one JSON object.")
+@click.command(short_help="/status totals; one row per volume for many.")
+@volumes_argument
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    help="The agent YAML: count each volume's due threads with its thresholds.",
+)
+@click.option(
+    "--prometheus",
+    is_flag=True,
+    help="OpenMetrics text for Prometheus (node_exporter's textfile collector): one series "
+    "per volume.",
+)
+@shard_option
+@output_options
 @busy_timeout_option
-def status(volume: str, as_json: bool, busy_timeout: float) -> None:
+def status(volumes, config_file, prometheus, shard, output, tablefmt, limit, busy_timeout) -> None:
     """/status totals: threads, messages, runs, tokens, memories, audit.
+
+    Of one VOLUME: the totals as text, or one JSON object with --json. Of several (or with
+    --shard, or another listing format): one row per volume with path, agent, file_bytes,
+    sessions_active, sessions_archived, due (with --config), tokens_24h, failed_runs_24h,
+    schema (current, older, legacy, newer or untrusted) and error: a volume that cannot be
+    read is a row saying why, and the exit code is the most serious of the rows.
 
     \b
     Example:
       volumetool status ./vol --json | jq .tokens
+      volumetool status /srv/agents/*/ --config agent.yaml -n 0
+      volumetool status /srv/agents/*/ --prometheus > /var/lib/node_exporter/volumetool.prom.$$
     """
+    memory = None
+    if config_file:
+        from volumetool.config import load_config
+
+        memory = load_config(config_file).memory
+    listing_asked = tablefmt is not None or (_given("output") and output != "json")
+    if prometheus and (tablefmt is not None or _given("output")):
+        raise click.UsageError(
+            "--prometheus and --table/--json/--nl/--csv/--tsv/--fmt exclude each other"
+        )
+    if len(volumes) == 1 and shard is None and not prometheus and not listing_asked:
+        _status_of_one(volumes[0], output == "json", memory, busy_timeout)
+        return
+    selected = shard_volumes(volumes, shard)
+    _status_of_many(selected, memory, prometheus, output, tablefmt, limit, busy_timeout)
+
+
+def _status_of_one(volume: str, as_json: bool, memory, busy_timeout: float) -> None:
     from volumetool import listings
 
     with _open(volume, busy_timeout) as vol:
         totals = listings.status(vol)
+        if memory is not None:
+            from volumetool.fleet import count_due
+
+            with vol.snapshot() as conn:
+                totals["due"] = count_due(conn, memory)
     if as_json:
         click.echo(json.dumps(totals, indent=2, ensure_ascii=False))
         return
+    from volumetool.render import escape_control
 
+    for label, value in _totals_lines(totals):
+        click.echo(f"{label:<14}{escape_control(value)}")  # names come from the volume
+
+
+def _totals_lines(totals: dict) -> list[tuple[str, str]]:
     def counts(mapping: dict) -> str:
         return ", ".join(f"{k} {v:,}" for k, v in mapping.items()) or "none"
 
     schema = totals["schema"]
     tokens = totals["tokens"]
-    lines = [
+    threads = [
+        (
+            "threads",
+            f"{totals['sessions']['active']:,} active, {totals['sessions']['archived']:,} archived",
+        )
+    ]
+    if "due" in totals:
+        threads.append(("due", f"{totals['due']:,} threads"))
+    return [
         ("agent", totals["agent"] or "(unnamed)"),
         ("path", totals["path"]),
         ("file", f"{totals['file_bytes']:,} bytes"),
         ("schema", f"{schema['version']} (current)"),
-        (
-            "threads",
-            f"{totals['sessions']['active']:,} active, {totals['sessions']['archived']:,} archived",
-        ),
+        *threads,
         (
             "messages",
             f"{totals['messages']['live']:,} live, {totals['messages']['folded']:,} folded",
@@ -81,10 +140,39 @@ def status(volume: str, as_json: bool, busy_timeout: float) -> None:
         ("audit", f"{totals['audit']['total']:,}: " + counts(totals["audit"]["by_event"])),
         ("last activity", totals["last_activity"] or "never"),
     ]
-    from volumetool.render import escape_control
 
-    for label, value in lines:
-        click.echo(f"{label:<14}{escape_control(value)}")  # names come from the volume
+
+def _status_of_many(selected, memory, prometheus, output, tablefmt, limit, busy_timeout) -> None:
+    """One row per volume; every volume's error is its row's, the exit code the worst."""
+    from volumetool import fleet
+    from volumetool.errors import worst_exit_code
+
+    statuses = fleet.fleet_status(
+        selected, now=datetime.now(UTC), memory=memory, busy_timeout=busy_timeout
+    )
+    read: list[fleet.VolumeStatus] = []
+
+    def rows():
+        for volume in statuses:
+            read.append(volume)
+            yield volume.row()
+
+    if prometheus:
+        from volumetool.metrics import status_metrics
+
+        read.extend(statuses)
+        click.echo(status_metrics(read), nl=False)
+    else:
+        emit(rows(), fleet.ROW_FIELDS, output, tablefmt, limit, "volumes")
+    failed = [v for v in read if v.error]
+    if failed:
+        from volumetool.render import escape_control
+
+        if prometheus:  # the text cannot say why: stderr does
+            for volume in failed:
+                click.echo(escape_control(f"volumetool: {volume.path}: {volume.error}"), err=True)
+        click.echo(f"volumetool: {len(failed)} of {len(read)} volume(s) not read", err=True)
+    sys.exit(worst_exit_code(v.exit_code for v in read))
 
 
 @click.command()

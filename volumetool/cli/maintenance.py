@@ -12,6 +12,8 @@ from volumetool.cli.options import (
     busy_timeout_option,
     emit,
     output_options,
+    shard_option,
+    shard_volumes,
     volume_argument,
     volumes_argument,
     wait_option,
@@ -29,11 +31,12 @@ from volumetool.cli.options import (
 @click.option("--check", "check_", is_flag=True, help="Exit 1 when anything is pending.")
 @click.option("--dry-run", is_flag=True, help="Say what would run; change nothing.")
 @click.option("--no-backup", is_flag=True, help="Skip the backup taken before the first change.")
+@shard_option
 @wait_option
 @output_options
 @busy_timeout_option
 def migrate(
-    volumes, list_, check_, dry_run, no_backup, wait, output, tablefmt, limit, busy_timeout
+    volumes, list_, check_, dry_run, no_backup, shard, wait, output, tablefmt, limit, busy_timeout
 ) -> None:
     """Apply pending migrations, bringing each VOLUME to the current format (runtime 0.x files
     included).
@@ -49,6 +52,7 @@ def migrate(
       volumetool migrate ./vol --list
       volumetool migrate /srv/agents/*/ --check     # a deploy gate
       volumetool migrate ./vol
+      volumetool migrate /srv/agents/*/ --shard $JOB_COMPLETION_INDEX/4
     """
     from volumetool.cli import show_error
     from volumetool.errors import VolumetoolError, worst_exit_code
@@ -57,12 +61,14 @@ def migrate(
 
     codes = []
     summary: dict[str, int] = {}
+    many = len(volumes) > 1 or shard is not None
+    volumes = shard_volumes(volumes, shard)
     for argument in volumes:
         try:
             path = resolve(argument)
             if list_:
                 with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
-                    if len(volumes) > 1:
+                    if many:
                         click.echo(f"{path}:")
                     emit(migration_rows(vol.schema), MIGRATION_FIELDS, output, tablefmt, limit)
                 continue
@@ -75,7 +81,7 @@ def migrate(
         outcome = _report(result, check_, dry_run, no_backup)
         codes.append(1 if outcome == "pending" and check_ else 0)
         summary[outcome] = summary.get(outcome, 0) + 1
-    if not list_ and len(volumes) > 1:
+    if not list_ and many and volumes:
         click.echo(
             "volumetool: " + ", ".join(f"{n} {k}" for k, n in sorted(summary.items())), err=True
         )
@@ -152,30 +158,52 @@ def backup(volume, dest, busy_timeout) -> None:
 
 
 @click.command(short_help="Check integrity and consistency.")
-@volume_argument
+@volumes_argument
 @click.option("--json", "as_json", is_flag=True, help="Problems as one JSON array.")
+@shard_option
 @busy_timeout_option
-def check(volume, as_json, busy_timeout) -> None:
+def check(volumes, as_json, shard, busy_timeout) -> None:
     """Check integrity and consistency: SQLite's integrity_check and foreign keys, schema
     objects the format does not define (or lacks), more than one active thread per key,
     messages folded by something other than a compaction run of their thread, audit details
     that are not JSON objects. One line per problem, with the table and row ids; exit 1 when
     anything is found, a damaged file included.
 
+    Of several volumes (or with --shard), each problem names its volume (`path` in --json),
+    a volume that cannot be checked is a line on stderr, and the exit code is the most
+    serious of them.
+
     \b
     Example:
       volumetool check ./vol --json
+      volumetool check /srv/agents/*/ --shard 0/4
     """
     from volumetool.check import check_volume
+    from volumetool.cli import show_error
+    from volumetool.errors import VolumetoolError, worst_exit_code
     from volumetool.render import escape_control
 
-    path, found = check_volume(volume, busy_timeout)
+    one = len(volumes) == 1 and shard is None
+    found_all: list[dict] = []
+    codes = []
+    for argument in shard_volumes(volumes, shard):
+        try:
+            path, found = check_volume(argument, busy_timeout)
+        except VolumetoolError as exc:
+            if one:
+                raise
+            show_error(exc)
+            codes.append(exc.exit_code)
+            continue
+        if as_json:
+            where = {} if one else {"path": str(path)}
+            found_all.extend({**where, **p.as_dict()} for p in found)
+        else:
+            for problem in found:
+                click.echo(escape_control(f"{path}: {problem.line()}"))
+        verdict = f"{len(found)} problem(s)" if found else "ok"
+        click.echo(f"volumetool: {escape_control(str(path))}: {verdict}", err=True)
+        codes.append(1 if found else 0)
     if as_json:
-        click.echo(json.dumps([p.as_dict() for p in found], indent=2, ensure_ascii=False))
-    else:
-        for problem in found:
-            click.echo(escape_control(f"{path}: {problem.line()}"))
-    if found:
-        click.echo(f"volumetool: {escape_control(str(path))}: {len(found)} problem(s)", err=True)
-        sys.exit(1)
-    click.echo(f"volumetool: {escape_control(str(path))}: ok", err=True)
+        click.echo(json.dumps(found_all, indent=2, ensure_ascii=False))
+    sys.exit(worst_exit_code(codes))

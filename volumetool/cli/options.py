@@ -113,6 +113,45 @@ def volumes_argument(f: Callable) -> Callable:
     )(f)
 
 
+class ShardParam(click.ParamType):
+    """`--shard I/N`: shard I of N, counted from 0 (volumetool.shard)."""
+
+    name = "I/N"
+
+    def convert(self, value, param, ctx):
+        from volumetool.shard import Shard, parse_shard
+
+        if isinstance(value, Shard):
+            return value
+        try:
+            return parse_shard(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def shard_option(f: Callable) -> Callable:
+    """--shard I/N, for the commands that take many volumes."""
+    return click.option(
+        "--shard",
+        type=ShardParam(),
+        metavar="I/N",
+        help="Only the volumes whose path hashes to shard I of N (0 <= I < N): N workers split "
+        "the volumes given with no coordinator. A shard with none succeeds, doing nothing.",
+    )(f)
+
+
+def shard_volumes(volumes: Sequence[str], shard) -> list[str]:
+    """The VOLUME arguments of --shard (all without it), with a note on stderr when the shard
+    got none."""
+    from volumetool.shard import note_empty, select
+
+    selected = select(volumes, shard)
+    note = note_empty(volumes, shard, selected)
+    if note:
+        click.echo(f"volumetool: {note}", err=True)
+    return selected
+
+
 class WholeWrites:
     """A binary stream that writes every byte or raises. Python's buffered stdout may take
     part of a large write and drop the rest when the pipe closes under it (`… | head`); here
