@@ -22,6 +22,7 @@ from volumetool.errors import (
     Interrupted,
     ProblemsFound,
     UntrustedSchemaWarning,
+    UnusableInput,
     VolumetoolError,
     from_sqlite,
 )
@@ -89,6 +90,9 @@ def _translate(exc: Exception) -> VolumetoolError:
         raise click.exceptions.Exit(0)
     if isinstance(exc, OSError):
         return ProblemsFound(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+    if isinstance(exc, ValueError) and "null byte" in str(exc):
+        # Only an API caller (no shell) can pass one; no file can be named with it.
+        return UnusableInput("a path holds a NUL character; no file can have that name")
     sqlite3 = sys.modules.get("sqlite3")
     if sqlite3 is not None and isinstance(exc, sqlite3.Error):
         return from_sqlite(exc, "database")
