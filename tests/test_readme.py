@@ -1,0 +1,62 @@
+"""Every shell example in the README runs, as written, in order, against the state the tour
+builds (the way sqlite-utils tests its docs). The one thing the harness adds: the tour's
+agent.yaml is pointed at the loopback test model server, so `compact` calls it instead of the
+network."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.model_server import ModelServer
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def shell_blocks() -> list[str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
+    # `make …` blocks set up this very checkout; the suite is already running under them.
+    return [b for b in blocks if not b.lstrip().startswith("make ")]
+
+
+def test_the_readme_examples_are_shell_blocks_that_use_volumetool():
+    blocks = shell_blocks()
+    assert len(blocks) >= 5
+    assert all("volumetool" in block for block in blocks)
+
+
+@pytest.mark.skipif(not (BIN / "volumetool").exists(), reason="needs the installed command")
+def test_every_readme_shell_example_runs_as_written(tmp_path):
+    blocks = shell_blocks()
+    tour, rest = blocks[0], blocks[1:]
+    with ModelServer() as server:
+        server.summary = "Summary: deploy/values.yaml, PR #204, the weekly backups."
+        point_at_loopback = f"sed -i 's#^  base_url: .*#  base_url: {server.url}#' agent.yaml\n"
+        script = "\n".join(["set -euo pipefail", tour, point_at_loopback, *rest])
+        env = {
+            **os.environ,
+            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+            "OPENAI_API_KEY": "sk-readme-0123456789abcdefghijklmn",
+            "VOLUMETOOL_VOLUME": "",
+            "COLUMNS": "100",
+        }
+        result = subprocess.run(
+            ["bash", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert server.requests, "the README's compact calls the model"
+    assert (tmp_path / "history.md").read_text().count("summary") >= 1
