@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime
 
@@ -24,7 +23,7 @@ from volumetool.cli.options import (
     volume_argument,
     volumes_argument,
 )
-from volumetool.render import Listing
+from volumetool.render import Listing, render_document
 
 
 def _open(volume: str, busy_timeout: float):
@@ -92,16 +91,18 @@ def _status_of_one(volume: str, as_json: bool, memory, busy_timeout: float) -> N
 
             with vol.snapshot() as conn:
                 totals["due"] = count_due(conn, memory)
+        # What the gate let through: current, or current with objects it does not know.
+        word = "untrusted" if vol.differences else "current"
     if as_json:
-        click.echo(json.dumps(totals, indent=2, ensure_ascii=False))
+        render_document(totals, sys.stdout)
         return
     from volumetool.render import escape_control
 
-    for label, value in _totals_lines(totals):
+    for label, value in _totals_lines(totals, word):
         click.echo(f"{label:<14}{escape_control(value)}")  # names come from the volume
 
 
-def _totals_lines(totals: dict) -> list[tuple[str, str]]:
+def _totals_lines(totals: dict, word: str) -> list[tuple[str, str]]:
     def counts(mapping: dict) -> str:
         return ", ".join(f"{k} {v:,}" for k, v in mapping.items()) or "none"
 
@@ -119,7 +120,7 @@ def _totals_lines(totals: dict) -> list[tuple[str, str]]:
         ("agent", totals["agent"] or "(unnamed)"),
         ("path", totals["path"]),
         ("file", f"{totals['file_bytes']:,} bytes"),
-        ("schema", f"{schema['version']} (current)"),
+        ("schema", f"{schema['version']} ({word})"),
         *threads,
         (
             "messages",

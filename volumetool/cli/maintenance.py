@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -205,5 +204,7 @@ def check(volumes, as_json, shard, busy_timeout) -> None:
         click.echo(f"volumetool: {escape_control(str(path))}: {verdict}", err=True)
         codes.append(1 if found else 0)
     if as_json:
-        click.echo(json.dumps(found_all, indent=2, ensure_ascii=False))
+        from volumetool.render import render_document
+
+        render_document(found_all, sys.stdout)
     sys.exit(worst_exit_code(codes))
