@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := .demo
 
-.PHONY: demo test lint format bench faults golden clean
+.PHONY: demo test lint format bench faults golden mutants clean
 
 $(READY): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "volumetool needs Python 3.11 or newer")'
@@ -41,6 +41,13 @@ golden: $(READY)
 # A full run rewrites RELIABILITY.md; TRIALS=N (fewer) only prints, or writes to REPORT=PATH.
 faults: $(READY)
 	$(BIN)/python -m tests.faults.kills $(if $(TRIALS),--trials $(TRIALS)) $(if $(REPORT),--report $(REPORT))
+
+# Mutation testing of the compaction core and the model client; writes tests/MUTANTS.md and
+# fails while a surviving mutant is neither killed nor explained. Takes hours on two cores.
+mutants: $(READY)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[mutants]'
+	HYPOTHESIS_PROFILE=mutants $(BIN)/mutmut run --max-children $(or $(JOBS),2)
+	$(BIN)/python -m tests.mutants
 
 bench: $(READY)
 	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
