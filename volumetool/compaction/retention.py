@@ -134,6 +134,12 @@ def _trie_pattern(node: dict) -> str:
     return f"(?:{body})?" if "" in node else body  # a word may end here, after longer ones
 
 
+def _initial(words: Iterable[str]) -> str:
+    """A look-ahead for the first characters of the words: it fails a trie in one step where
+    sre would enter each of its branches (case-insensitive ones have no fast path)."""
+    return "(?=[" + "".join(sorted({re.escape(word[0]) for word in words})) + "])"
+
+
 def _words(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
@@ -230,17 +236,18 @@ _SP = "[ \u00a0\u202f]"
 _NUM = r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?"
 _END = r"(?![A-Za-z0-9_])"
 _WORD_END = "(?![A-Za-zÀ-ÖØ-öø-ÿ])"  # "01 são" holds no seconds; "16GBの" is 16 GB
-_MONTH = f"(?:(?i:{_alternation(_MONTHS)})|May)"
+_MONTH = f"(?i:{_initial(_MONTHS)})(?:(?i:{_alternation(_MONTHS)})|May)"
 # "41D" is a seat, not 41 days: one-letter units count in lower case only.
 _SPELLED = [u for u in _UNITS if len(u) > 1 or not u.isascii() or not u.isalpha()]
 _TIME_UNIT = _alternation(u for u in _SPELLED if _UNITS[u][0] == "s")
 _TIME_UNIT = f"(?:(?i:{_TIME_UNIT})|[shd])"
 _OTHER_UNIT = _alternation([u for u in _SPELLED if _UNITS[u][0] != "s"] + list(_CURRENCIES))
+_ANY_UNIT = f"(?i:{_initial([*_SPELLED, *_CURRENCIES, 's', 'h', 'd'])})"
 _JOIN = rf"(?:{_SP}?(?:(?:and|und|y|e|et){_SP})?)"
 # A number and what follows it, parsed once: a unit, a currency, or the parts of a duration
 # ("4 min 12 s", "2 horas y 30 minutos", "4分12秒").
 _QUANTITY = (
-    rf"(?:{_NUM})(?:[kKM](?![A-Za-z]))?(?:(?:{_SP}|-(?=[^\W\d_]))?"
+    rf"(?:{_NUM})(?:[kKM](?![A-Za-z]))?(?:(?:{_SP}|-(?=[^\W\d_]))?{_ANY_UNIT}"
     rf"(?:{_TIME_UNIT}{_WORD_END}(?:{_JOIN}\d+(?:[.,]\d+)?{_SP}?{_TIME_UNIT}{_WORD_END}){{0,2}}"
     rf"|(?i:{_OTHER_UNIT}){_WORD_END}))?{_END}"
 )
@@ -326,8 +333,8 @@ _TOKEN_CHARS = _ASCII_WORD | frozenset(_ADDRESS_MARKS)
 _TOKEN_BREAK = re.compile(f"[^A-Za-z0-9_{re.escape(_ADDRESS_MARKS)}]")
 _LEADING_WORDS = frozenset(_MONTHS) | {"may", *(p.casefold() for p in _CURRENCY_PREFIXES)}
 _FENCE = re.compile(r"```(.*?)(?:```|\Z)", re.S)
-_SPACE = re.compile(r"\s+")
 _SEPARATORS = re.compile(r"[\s_\-]+")
+_WORD_RUN = re.compile(r"[A-Za-z0-9_]+")  # a word as `_occurs` bounds it (_ASCII_WORD)
 _SCHEME = re.compile(r"^(?:[a-z][a-z0-9+.\-]*://)?(?:www\.)?")
 _TRAILING = ".,;:!?)]}'\"»」』。、"
 _REFUSAL = re.compile(
@@ -549,7 +556,7 @@ def _phone(text: str) -> list[_Token]:
 
 
 def _normal(text: str) -> str:
-    return _SPACE.sub(" ", text.casefold().replace("\\", "/")).strip()
+    return " ".join(text.casefold().replace("\\", "/").split())  # str.split() is \s+
 
 
 def _named(kind: str, text: str, key: str, also: tuple[str, ...] = ()) -> list[_Token]:
@@ -674,13 +681,17 @@ def _tokens(text: str) -> list[_Token]:
     pos = 0
     search = _TRIGGER.search
     while (trigger := search(text, pos)) is not None:
-        match = _fact_at(text, trigger.start(), pos)
-        if match is None:
-            pos = _after_blob(text, trigger.start() + 1)
+        i = trigger.start()
+        if text[i].isdigit() and (i == pos or text[i - 1] not in _TOKEN_CHARS):
+            match = _number_at(text, i, pos)  # the common case, without the walk back
         else:
-            if match.end() - match.start() <= FACT_MAX_CHARS:
-                tokens.extend(_parsed(match.lastgroup or "", match[0]))
-            pos = match.end()
+            match = _fact_at(text, i, pos)
+        if match is None:
+            pos = _after_blob(text, i + 1)
+            continue
+        start, pos = match.span()
+        if pos - start <= FACT_MAX_CHARS:
+            tokens.extend(_parsed(match.lastgroup or "", match[0]))
     return tokens
 
 
@@ -699,18 +710,28 @@ def _fact_at(text: str, i: int, floor: int) -> re.Match[str] | None:
     start = i
     while start > floor and text[start - 1] in _TOKEN_CHARS:
         start -= 1
+    if start == i and text[i].isdigit():
+        return _number_at(text, i, floor)
     if text[start].isdigit():
         before = _word_before(text, start, floor) if _may_follow_a_word(text, start) else None
         if before is not None and (match := _SCAN.match(text, before)) is not None:
             return match
-        if start == i:  # the common case: a number starts a word
-            return _SCAN_DIGIT.match(text, i)
     for k in range(start, i + 1):
         if k == start or text[k - 1] not in _ASCII_WORD:
             scan = _SCAN_DIGIT if text[k].isdigit() else _SCAN
             if (match := scan.match(text, k)) is not None:
                 return match
     return None
+
+
+def _number_at(text: str, i: int, floor: int) -> re.Match[str] | None:
+    """The fact at a digit that starts its word: a day after its month or an amount after its
+    currency code ("Nov 30", "USD 1,200") starts at that word, anything else at the digit."""
+    if i - 1 > floor and text[i - 1] in " \u00a0" and _may_follow_a_word(text, i):
+        before = _word_before(text, i, floor)
+        if before is not None and (match := _SCAN.match(text, before)) is not None:
+            return match
+    return _SCAN_DIGIT.match(text, i)
 
 
 def _may_follow_a_word(text: str, start: int) -> bool:
@@ -754,6 +775,9 @@ class _Facts:
     def add_text(self, text: str, limit: int | None = TEXT_MAX_CHARS) -> None:
         """The facts a text states; none when it is longer than limit (material it quotes)."""
         if limit is not None and len(text) > limit:
+            return
+        if "```" not in text:
+            self.add_tokens(_tokens(text))
             return
         start = 0
         for fence in _FENCE.finditer(text):
@@ -812,7 +836,7 @@ def extract_facts(texts: Iterable[str], memory_keys: Iterable[str] = ()) -> list
         facts.add_text(text)
     for key in memory_keys:
         facts.add_memory_key(key)
-    return facts.facts
+    return _Found(facts.facts)
 
 
 def facts_of_fold(previous_summary: str | None, fold: Sequence[Message]) -> list[Fact]:
@@ -823,7 +847,7 @@ def facts_of_fold(previous_summary: str | None, fold: Sequence[Message]) -> list
         facts.add_text(previous_summary, limit=None)
     for message in fold:
         facts.add_message(message)
-    return facts.facts
+    return _Found(facts.facts)
 
 
 # --- the summary -----------------------------------------------------------------------------
@@ -848,21 +872,62 @@ def is_refusal(summary: str) -> bool:
     )
 
 
+class _Probe(NamedTuple):
+    """How a summary may hold a fact: any of its value keys, or, by its matcher, its name or
+    the needles (with their word runs) searched in the summary's text."""
+
+    keys: frozenset[str]
+    matcher: str
+    needles: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _probe(fact: Fact) -> _Probe:
+    matcher = _MATCHER.get(fact.kind, "name")
+    needles: tuple[str, ...] = ()
+    if matcher == "separated":  # deploy_region = deploy-region = "deploy region"
+        words = _SEPARATORS.split(fact.key.strip(" _-"))
+        needles = tuple(sep.join(words) for sep in "_- ")
+    elif matcher == "substring" or fact.kind in ("ticket", "id"):
+        needles = (fact.key,)  # a ticket written in lower case is no longer read as one
+    searched = tuple((needle, tuple(_WORD_RUN.findall(needle))) for needle in needles)
+    return _Probe(frozenset((fact.key, *fact.also)), matcher, searched)
+
+
+class _Found(list):
+    """The facts of a fold, each with its probe: made with the facts, off the critical path
+    (a compaction reads them while the model writes), so that holding them to the summary
+    is set lookups."""
+
+    def __init__(self, facts: Iterable[Fact]) -> None:
+        super().__init__(facts)
+        self.probes = [_probe(fact) for fact in self]
+
+
+def _probes(facts: Sequence[Fact]) -> list[_Probe]:
+    if isinstance(facts, _Found) and len(facts.probes) == len(facts):
+        return facts.probes
+    return [_probe(fact) for fact in facts]
+
+
 class _Summary:
     """A summary read once with the same extractor, so that each fact is a lookup: a value by
     its keys, a name (URL, path, e-mail, ticket, id) by its normalised text. Code and names
-    that may be written with other separators are searched in the text."""
+    that may be written with other separators are searched in the text, and only where its
+    words are: a set of them rules out most at once."""
 
     def __init__(self, summary: str) -> None:
-        self.text = _normal(summary)
+        self.summary = summary
         self.keys: set[str] = set()
         self.names: set[str] = set()
         self.hashes: list[str] = []
-        for token in _tokens(summary.replace("`", " ")):
-            self.keys.update(token.offers)
-            self.names.update(_names(token.fact))
-            if token.fact.kind == "hash":
-                self.hashes.append(token.fact.key)
+        self._words: set[str] | None = None
+        for fact, _, offers in _tokens(summary.replace("`", " ")):
+            self.keys.update(offers)
+            matcher = _MATCHER.get(fact.kind, "name")
+            if matcher == "name":
+                self.names.update(_names(fact))
+            elif matcher == "hash":
+                self.hashes.append(fact.key)
         # "25/11", "30.11": read generously on this side only, where a wrong reading can make
         # a fact found but never make one up.
         for first, second in _SHORT_DATE.findall(summary):
@@ -870,32 +935,41 @@ class _Summary:
                 if 1 <= day <= 31 and 1 <= month <= 12:
                     self.keys.update((f"d:--{month:02d}-{day:02d}", f"dp:--{month:02d}-{day:02d}"))
 
-    def holds(self, fact: Fact) -> bool:
-        if fact.key in self.keys or any(k in self.keys for k in fact.also):
+    def holds(self, fact: Fact, probe: _Probe) -> bool:
+        if not probe.keys.isdisjoint(self.keys):
             return True
-        matcher = _MATCHER.get(fact.kind, "name")
-        if matcher == "name":  # a ticket written in lower case is no longer read as one
-            return fact.key in self.names or (
-                fact.kind in ("ticket", "id") and _occurs(fact.key, self.text)
-            )
-        if matcher == "hash":
+        if probe.matcher == "name" and fact.key in self.names:
+            return True
+        if probe.matcher == "hash":
             return any(h.startswith(fact.key) or fact.key.startswith(h) for h in self.hashes)
-        if matcher == "separated":  # deploy_region = deploy-region = "deploy region"
-            words = _SEPARATORS.split(fact.key.strip(" _-"))
-            return any(_occurs(sep.join(words), self.text) for sep in "_- ")
-        return matcher == "substring" and _occurs(fact.key, self.text)
+        return any(self.has(needle, runs) for needle, runs in probe.needles)
+
+    def has(self, needle: str, runs: tuple[str, ...]) -> bool:
+        """`_occurs(needle, text)`: between word boundaries every run of word characters of
+        the needle is a whole word of the text, and a needle that is one such run is found
+        when it is one."""
+        if runs:
+            if self._words is None:  # normalising changes spaces and backslashes, no word
+                self._words = set(_WORD_RUN.findall(self.summary.casefold()))
+            if not self._words.issuperset(runs):
+                return False
+            if runs[0] == needle:
+                return True
+        return _occurs(needle, self.text)
+
+    @functools.cached_property
+    def text(self) -> str:
+        return _normal(self.summary)
 
 
-def _names(fact: Fact) -> Iterator[str]:
-    """The normalised names a summary's fact stands for: a path also names its tail
+def _names(fact: Fact) -> list[str]:
+    """The normalised names a summary's name fact stands for: a path also names its tail
     (/srv/app/deploy/values.yaml names deploy/values.yaml), a URL also its host."""
-    if _MATCHER.get(fact.kind, "name") != "name":
-        return
-    yield fact.key
     if fact.kind == "path":
-        yield from (fact.key[i + 1 :] for i, c in enumerate(fact.key) if c == "/")
-    elif fact.kind == "url":
-        yield fact.key.split("/", 1)[0]
+        return [fact.key, *(fact.key[i + 1 :] for i, c in enumerate(fact.key) if c == "/")]
+    if fact.kind == "url":
+        return [fact.key, fact.key.split("/", 1)[0]]
+    return [fact.key]
 
 
 def _occurs(needle: str, text: str) -> bool:
@@ -922,7 +996,8 @@ def retention_of(facts: Sequence[Fact], summary: str) -> Retention:
         missing = [fact.text for fact in facts]
     else:
         index = _Summary(summary)
-        missing = [fact.text for fact in facts if not index.holds(fact)]
+        probes = _probes(facts)
+        missing = [f.text for f, p in zip(facts, probes, strict=True) if not index.holds(f, p)]
     share = 1 - len(missing) / len(facts)
     return Retention(share, missing[:MISSING_SHOWN], len(facts), len(missing))
 
