@@ -257,8 +257,8 @@ _PATH_CHARS = r"[A-Za-z0-9_.\-@+%=]"
 # In precedence order: at one position the first branch that matches wins.
 _BRANCHES = {
     "code": r"`[^`\n]{1,200}`",
-    "url": rf"(?:[A-Za-z][A-Za-z0-9+.\-]{{1,15}}://|www\.){_URL_CHARS}+",
-    "email": r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}" + _END,
+    "url": rf"(?:[A-Za-z][A-Za-z0-9+.\-]{{1,15}}+://|www\.){_URL_CHARS}+",
+    "email": r"[A-Za-z0-9._%+\-]++@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}" + _END,
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _END,
     "winpath": r"[A-Za-z]:[\\/][^\s\\/:*?\"<>|`']+(?:[\\/][^\s\\/:*?\"<>|`']+)*[\\/]?",
     "abspath": rf"(?:~|\.{{1,2}})?(?:/{_PATH_CHARS}+)+/?",
@@ -349,7 +349,8 @@ _INABILITY = re.compile(
     r"|não (?:posso|consigo)|できません|いたしかねます",
     re.I,
 )
-_SHORT_DATE = re.compile(r"(?<![0-9./])(\d{1,2})[/.](\d{1,2})(?![0-9/]|\.[0-9])")
+# Led by a digit, not by the look-behind, so that the search jumps from digit to digit.
+_SHORT_DATE = re.compile(r"(\d(?<![0-9./]\d)\d?)[/.](\d{1,2})(?![0-9/]|\.[0-9])")
 
 # --- what a match means ----------------------------------------------------------------------
 
@@ -671,28 +672,35 @@ _HANDLERS: dict[str, Callable[[str], list[_Token]]] = {
 
 @functools.lru_cache(maxsize=8192)
 def _parsed(branch: str, text: str) -> tuple[_Token, ...]:
-    """What a matched text means; the same ids and numbers recur through a conversation."""
+    """What a matched text means; the same ids and numbers recur through a conversation, and
+    a summary repeats the fold's: read while the model writes, they cost the summary less."""
     return tuple(_HANDLERS[branch](text))
 
 
 def _tokens(text: str) -> list[_Token]:
     """The candidate facts of a text, left to right."""
-    tokens: list[_Token] = []
+    return [token for branch, found in _scan(text) for token in _parsed(branch, found)]
+
+
+def _scan(text: str) -> list[tuple[str, str]]:
+    """Where the candidate facts of a text are: the branch and the text of each match, left
+    to right (`_parsed` says what they mean)."""
+    found: list[tuple[str, str]] = []
     pos = 0
-    search = _TRIGGER.search
+    search, digit_at, fact_at, token_chars = _TRIGGER.search, _number_at, _fact_at, _TOKEN_CHARS
     while (trigger := search(text, pos)) is not None:
         i = trigger.start()
-        if text[i].isdigit() and (i == pos or text[i - 1] not in _TOKEN_CHARS):
-            match = _number_at(text, i, pos)  # the common case, without the walk back
+        if text[i].isdigit() and (i == pos or text[i - 1] not in token_chars):
+            match = digit_at(text, i, pos)  # the common case, without the walk back
         else:
-            match = _fact_at(text, i, pos)
+            match = fact_at(text, i, pos)
         if match is None:
             pos = _after_blob(text, i + 1)
             continue
         start, pos = match.span()
         if pos - start <= FACT_MAX_CHARS:
-            tokens.extend(_parsed(match.lastgroup or "", match[0]))
-    return tokens
+            found.append((match.lastgroup or "", match[0]))
+    return found
 
 
 def _after_blob(text: str, pos: int) -> int:
@@ -872,41 +880,36 @@ def is_refusal(summary: str) -> bool:
     )
 
 
-class _Probe(NamedTuple):
-    """How a summary may hold a fact: any of its value keys, or, by its matcher, its name or
-    the needles (with their word runs) searched in the summary's text."""
-
-    keys: frozenset[str]
-    matcher: str
-    needles: tuple[tuple[str, tuple[str, ...]], ...]
+_Needles = tuple[tuple[str, tuple[str, ...]], ...]
 
 
-def _probe(fact: Fact) -> _Probe:
-    matcher = _MATCHER.get(fact.kind, "name")
-    needles: tuple[str, ...] = ()
+def _needles(fact: Fact) -> _Needles | None:
+    """The texts a summary's text is searched for when its keys and names do not hold the
+    fact, each with its word runs (`_Summary.has`); None when it is not searched for."""
+    matcher = _MATCHER.get(fact.kind)
     if matcher == "separated":  # deploy_region = deploy-region = "deploy region"
         words = _SEPARATORS.split(fact.key.strip(" _-"))
-        needles = tuple(sep.join(words) for sep in "_- ")
+        needles: tuple[str, ...] = tuple(sep.join(words) for sep in "_- ")
     elif matcher == "substring" or fact.kind in ("ticket", "id"):
         needles = (fact.key,)  # a ticket written in lower case is no longer read as one
-    searched = tuple((needle, tuple(_WORD_RUN.findall(needle))) for needle in needles)
-    return _Probe(frozenset((fact.key, *fact.also)), matcher, searched)
+    else:
+        return None
+    return tuple((needle, tuple(_WORD_RUN.findall(needle))) for needle in needles)
 
 
 class _Found(list):
-    """The facts of a fold, each with its probe: made with the facts, off the critical path
-    (a compaction reads them while the model writes), so that holding them to the summary
-    is set lookups."""
+    """The facts of a fold, with the needles of those searched for as text: made with the
+    facts, off the critical path (a compaction reads them while the model writes)."""
 
     def __init__(self, facts: Iterable[Fact]) -> None:
         super().__init__(facts)
-        self.probes = [_probe(fact) for fact in self]
+        self.needles = [_needles(fact) for fact in self]
 
 
-def _probes(facts: Sequence[Fact]) -> list[_Probe]:
-    if isinstance(facts, _Found) and len(facts.probes) == len(facts):
-        return facts.probes
-    return [_probe(fact) for fact in facts]
+def _needles_of(facts: Sequence[Fact]) -> list[_Needles | None]:
+    if isinstance(facts, _Found) and len(facts.needles) == len(facts):
+        return facts.needles
+    return [_needles(fact) for fact in facts]
 
 
 class _Summary:
@@ -935,14 +938,16 @@ class _Summary:
                 if 1 <= day <= 31 and 1 <= month <= 12:
                     self.keys.update((f"d:--{month:02d}-{day:02d}", f"dp:--{month:02d}-{day:02d}"))
 
-    def holds(self, fact: Fact, probe: _Probe) -> bool:
-        if not probe.keys.isdisjoint(self.keys):
+    def holds(self, fact: Fact, needles: _Needles | None) -> bool:
+        keys = self.keys
+        if fact.key in keys or any(k in keys for k in fact.also):
             return True
-        if probe.matcher == "name" and fact.key in self.names:
+        matcher = _MATCHER.get(fact.kind, "name")
+        if matcher == "name" and fact.key in self.names:
             return True
-        if probe.matcher == "hash":
+        if matcher == "hash":
             return any(h.startswith(fact.key) or fact.key.startswith(h) for h in self.hashes)
-        return any(self.has(needle, runs) for needle, runs in probe.needles)
+        return needles is not None and any(self.has(n, runs) for n, runs in needles)
 
     def has(self, needle: str, runs: tuple[str, ...]) -> bool:
         """`_occurs(needle, text)`: between word boundaries every run of word characters of
@@ -996,8 +1001,8 @@ def retention_of(facts: Sequence[Fact], summary: str) -> Retention:
         missing = [fact.text for fact in facts]
     else:
         index = _Summary(summary)
-        probes = _probes(facts)
-        missing = [f.text for f, p in zip(facts, probes, strict=True) if not index.holds(f, p)]
+        needles = _needles_of(facts)
+        missing = [f.text for f, n in zip(facts, needles, strict=True) if not index.holds(f, n)]
     share = 1 - len(missing) / len(facts)
     return Retention(share, missing[:MISSING_SHOWN], len(facts), len(missing))
 
