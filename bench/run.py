@@ -15,6 +15,7 @@ import argparse
 import math
 import os
 import platform
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -519,6 +520,207 @@ def compaction_rows(scale: Scale) -> list[Row]:
     return rows
 
 
+# -- fact retention, undo, the schema gate ----------------------------------------------------
+
+RETENTION: list = []  # what retention_rows measured, for the "Fact retention" section
+
+
+def in_process(seconds: list[float]) -> Timing:
+    """Seconds timed inside this process; peak memory is this process's."""
+    return Timing(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def retention_rows(scale: Scale) -> list[Row]:
+    """The fact-retention check against compaction's local work on the same 1 MB fold, both
+    in CPU seconds of this process (bench/retention.py says what is timed and how)."""
+    from bench import retention as fr
+
+    *folds, (_, one_turn) = fr.folds(CACHE)
+    rows = []
+    for name, path in folds:
+        m = fr.measure_fold(name, path, one_turn, runs=max(scale.runs, 5) * 2 - 1)
+        RETENTION.append(m)
+        s = m.samples
+        label = "agent thread" if name == "agent" else "conversation only"
+        what = (
+            f"{label}, {m.megabytes:.1f} MB ({m.conversation_kb:,.0f} kB talk, {m.facts:,} facts)"
+        )
+        local, local_wall = s.median("local_cpu"), s.median("local")
+        for part, cpu, wall in (
+            ("retention_of (critical path)", s.kept_cpu, s.kept),
+            ("facts_of_fold + retention_of (total)", s.total_cpu, s.total),
+        ):
+            goal = name == "agent" and part.endswith("(critical path)")
+            note = f"wall {statistics.median(wall) / local_wall:.1%} of {local_wall * 1e3:.0f} ms"
+            if part.endswith("(critical path)"):
+                dense = s.median("dense_cpu")
+                note += (
+                    f"; a {m.dense_chars / 1e3:.0f} kB summary of facts only: "
+                    f"{dense * 1e3:.1f} ms, {dense / local:.1%}; the whole `volumetool compact` "
+                    f"command: {s.median('command'):.2f} s, of which "
+                    f"{s.median('kept') / s.median('command'):.1%}"
+                )
+            row = Row(
+                f"fact retention, {what}: {part}",
+                "< 5% of compaction's local work" if goal else "reported",
+                in_process(cpu),
+                "compaction's local work on the fold, CPU",
+                in_process(s.local_cpu),
+                note=note,
+            )
+            if goal:
+                row.met = row.ratio < 0.05
+            rows.append(report(row))
+    return rows
+
+
+UNDO_MESSAGES = 10_000
+
+
+def undo_row(scale: Scale) -> Row:
+    """`thread undo` of a compaction that folded 10,000 messages, as a whole command."""
+    from bench.retention import KEY, KEY_ENV, fold_volume
+    from volumetool.compaction.plan import Message
+
+    os.environ.setdefault(KEY_ENV, "sk-bench-not-a-real-key")
+
+    def build(path: Path) -> None:
+        topics = ("order", "refund", "deploy", "ticket", "invoice")
+        fold_volume(
+            path,
+            [
+                Message(
+                    0,
+                    ("user", "assistant")[n % 2],
+                    f"About {topics[n % 5]} {n}: noted, "
+                    f"step {n % 7} of the plan is done and the next one is due.",
+                )
+                for n in range(UNDO_MESSAGES)
+            ],
+        )
+        with ModelServer() as server:
+            server.summary = "The user and the agent went through the plan; all steps done."
+            call(
+                VT,
+                "compact",
+                path,
+                "--key",
+                KEY,
+                "--force",
+                "--model",
+                "bench-model",
+                "--base-url",
+                server.url,
+                "--api-key-env",
+                KEY_ENV,
+                "--timeout",
+                "600",
+            )
+        path.with_name(path.name + ".volumetool-lock").unlink(missing_ok=True)
+
+    compacted = cached(f"undo-{UNDO_MESSAGES}.db", build)
+    work = CACHE / "undo-work.db"
+
+    def fresh_copy() -> None:
+        for p in CACHE.glob("undo-work.db*"):
+            p.unlink()
+        shutil.copyfile(compacted, work)
+
+    folded = (
+        sqlite3.connect(compacted)
+        .execute("SELECT count(*) FROM messages WHERE folded_by IS NOT NULL")
+        .fetchone()[0]
+    )
+    ours = measure([VT, "thread", "undo", work, KEY, "--yes"], scale.runs * 2, setup=fresh_copy)
+    live = (
+        sqlite3.connect(work)
+        .execute("SELECT count(*) FROM messages WHERE folded_by IS NULL")
+        .fetchone()[0]
+    )
+    assert live == UNDO_MESSAGES + 4, (live, folded)
+    base = measure(sqlite3_cli(work, UNDO_SQL), scale.runs * 2, setup=fresh_copy)
+    version = measure([VT, "--version"], scale.runs * 2)
+    for p in CACHE.glob("undo-work.db*"):
+        p.unlink()
+    row = Row(
+        f"thread undo of a compaction of {folded:,} messages",
+        "< 1 s",
+        ours,
+        "sqlite3, the same UPDATEs",
+        base,
+        note=f"volumetool --version: {version.median:.3f}s",
+    )
+    row.met = ours.median < 1
+    return report(row)
+
+
+# What `thread undo` writes, in one transaction: the compaction marked undone, its messages
+# live, the previous summary (none here) back, one audit event.
+UNDO_SQL = """BEGIN IMMEDIATE;
+INSERT INTO compactions (run_id, session_id, summary, undone_at)
+  SELECT (SELECT max(id) FROM runs WHERE trigger = 'compaction' AND status = 'ok'), 1, summary,
+  '2026-11-30T00:00:00.000Z' FROM sessions WHERE id = 1
+  ON CONFLICT (run_id) DO UPDATE SET undone_at = excluded.undone_at;
+UPDATE messages SET folded_by = NULL WHERE folded_by =
+  (SELECT max(id) FROM runs WHERE trigger = 'compaction' AND status = 'ok');
+UPDATE sessions SET summary = NULL WHERE id = 1;
+INSERT INTO audit (ts, event, detail, session_id, run_id, actor) VALUES
+  ('2026-11-30T00:00:00.000Z', 'compaction', '{"action": "undo"}', 1,
+  (SELECT max(id) FROM runs WHERE trigger = 'compaction'), 'volumetool');
+COMMIT;"""
+
+GATE_OPENS = 200
+
+
+def gate_rows(scale: Scale, large: Path) -> list[Row]:
+    """The schema gate as a file is opened (it reads the schema table only), in this process
+    on a fresh connection each time; then whole read commands, beside `--version`."""
+    from volumetool.volume import connect, read_schema_state, require_current, schema_differences
+
+    gate, schema_load = [], []
+    for _ in range(GATE_OPENS):
+        conn = connect(large, readonly=True)
+        try:
+            started = time.perf_counter()
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # SQLite's own
+            loaded = time.perf_counter()
+            state = read_schema_state(conn, large)
+            require_current(state, large)
+            differences = schema_differences(conn)
+            gate.append(time.perf_counter() - loaded)
+            schema_load.append(loaded - started)
+        finally:
+            conn.close()
+        assert not differences, differences
+    version = measure([VT, "--version"], scale.runs * 2)
+    row = Row(
+        f"schema gate on open ({scale.sessions:,} threads), in-process, {GATE_OPENS} opens",
+        "< 2 ms",
+        in_process(gate),
+        "volumetool --version",
+        version,
+        note=f"median {statistics.median(gate) * 1e3:.2f} ms; SQLite's own schema load before "
+        f"it: {statistics.median(schema_load) * 1e3:.2f} ms",
+    )
+    row.met = row.ours.median < 0.002
+    rows = [report(row)]
+    for args in (["runs", large, "-n", "1"], ["status", large]):
+        ours = measure([VT, *args], scale.runs * 2)
+        rows.append(
+            report(
+                Row(
+                    f"{args[0]}{' -n 1' if args[0] == 'runs' else ''} ({scale.sessions:,} "
+                    "threads), whole command, gate included",
+                    "reported",
+                    ours,
+                    "volumetool --version",
+                    version,
+                )
+            )
+        )
+    return rows
+
+
 # -- the report ----------------------------------------------------------------------------
 
 
@@ -648,6 +850,9 @@ def main() -> None:
         ("memories", lambda: memories_rows(scale)),
         ("migrate", lambda: [migrate_row(scale, large)]),
         ("compact", lambda: compaction_rows(scale)),
+        ("retention", lambda: retention_rows(scale)),
+        ("undo", lambda: [undo_row(scale)]),
+        ("gate", lambda: gate_rows(scale, large)),
     ]
     rows: list[Row] = []
     for name, group in groups:
