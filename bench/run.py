@@ -577,6 +577,14 @@ def retention_rows(scale: Scale) -> list[Row]:
 UNDO_MESSAGES = 10_000
 
 
+def count(path: Path, sql: str) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    finally:
+        conn.close()
+
+
 def undo_row(scale: Scale) -> Row:
     """`thread undo` of a compaction that folded 10,000 messages, as a whole command."""
     from bench.retention import KEY, KEY_ENV, fold_volume
@@ -626,17 +634,9 @@ def undo_row(scale: Scale) -> Row:
             p.unlink()
         shutil.copyfile(compacted, work)
 
-    folded = (
-        sqlite3.connect(compacted)
-        .execute("SELECT count(*) FROM messages WHERE folded_by IS NOT NULL")
-        .fetchone()[0]
-    )
+    folded = count(compacted, "SELECT count(*) FROM messages WHERE folded_by IS NOT NULL")
     ours = measure([VT, "thread", "undo", work, KEY, "--yes"], scale.runs * 2, setup=fresh_copy)
-    live = (
-        sqlite3.connect(work)
-        .execute("SELECT count(*) FROM messages WHERE folded_by IS NULL")
-        .fetchone()[0]
-    )
+    live = count(work, "SELECT count(*) FROM messages WHERE folded_by IS NULL")
     assert live == UNDO_MESSAGES + 4, (live, folded)
     base = measure(sqlite3_cli(work, UNDO_SQL), scale.runs * 2, setup=fresh_copy)
     version = measure([VT, "--version"], scale.runs * 2)
