@@ -327,29 +327,22 @@ class Compactions:
         for stale in self.work.parent.glob(self.work.name + "*"):
             stale.unlink()
         shutil.copyfile(source, self.work)
-        endpoint = self.request.config.model
-        command = [
-            *(Path(sys.executable).parent / "volumetool",),
-            "compact",
-            self.work,
-            "--key",
-            KEY,
-            "--force",
-            "--model",
-            "bench-model",
-            "--base-url",
-            endpoint.base_url,
-            "--api-key-env",
-            KEY_ENV,
-            "--timeout",
-            "600",
-        ]
+        command = compact_command(self.work, self.request.config.model.base_url or "")
         started = time.perf_counter()
-        done = subprocess.run([str(c) for c in command], capture_output=True, text=True)
+        done = subprocess.run(command, capture_output=True, text=True)
         elapsed = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"bench: volumetool compact exited {done.returncode}: {done.stderr}")
         return elapsed
+
+
+def compact_command(volume: Path, base_url: str) -> list[str]:
+    """`volumetool compact` of the bench thread of volume, forced, against base_url."""
+    volumetool = Path(sys.executable).parent / "volumetool"
+    return [
+        *(str(volumetool), "compact", str(volume), "--key", KEY, "--force", "--timeout", "600"),
+        *("--model", "bench-model", "--base-url", base_url, "--api-key-env", KEY_ENV),
+    ]
 
 
 def timed(action: Callable[[], object]) -> tuple[float, float, object]:

@@ -587,7 +587,7 @@ def count(path: Path, sql: str) -> int:
 
 def undo_row(scale: Scale) -> Row:
     """`thread undo` of a compaction that folded 10,000 messages, as a whole command."""
-    from bench.retention import KEY, KEY_ENV, fold_volume
+    from bench.retention import KEY, KEY_ENV, compact_command, fold_volume
     from volumetool.compaction.plan import Message
 
     os.environ.setdefault(KEY_ENV, "sk-bench-not-a-real-key")
@@ -608,22 +608,7 @@ def undo_row(scale: Scale) -> Row:
         )
         with ModelServer() as server:
             server.summary = "The user and the agent went through the plan; all steps done."
-            call(
-                VT,
-                "compact",
-                path,
-                "--key",
-                KEY,
-                "--force",
-                "--model",
-                "bench-model",
-                "--base-url",
-                server.url,
-                "--api-key-env",
-                KEY_ENV,
-                "--timeout",
-                "600",
-            )
+            call(*compact_command(path, server.url))
         path.with_name(path.name + ".volumetool-lock").unlink(missing_ok=True)
 
     compacted = cached(f"undo-{UNDO_MESSAGES}.db", build)

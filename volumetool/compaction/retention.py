@@ -53,10 +53,12 @@ corpus in tests/data/retention (good and lossy summaries of 48 folds; see BENCHM
 
 Speed: the scan jumps in C (a pattern led by a character set) from one digit, `_`, `/`, `@`,
 `.` inside a word or CamelCase hump to the next, so plain prose costs almost nothing, but each
-candidate fact costs 15-25 µs: about 30 ms for a fold with 74 kB of fact-dense conversation,
-more than the rest of compaction's local work (BENCHMARKS.md). `facts_of_fold` does not need
-the summary, so a caller can run it while the model writes; `retention_of` is what waits. A
-run of 256 address characters without a break is a blob and skipped, so no text is quadratic.
+candidate fact costs 6-20 µs (finding it, one match of the scanner, the Python around them):
+about 25 ms for a fold with 74 kB of fact-dense conversation, 5-10 ms for a summary of 16 kB.
+`facts_of_fold` does not need the summary, so a caller runs it while the model writes, and it
+prepares what holding a fact needs (`_Found`); `retention_of` is what waits: one scan of the
+summary, then a lookup or two per fact (BENCHMARKS.md, "Fact retention"). A run of 256 address
+characters without a break is a blob and skipped, so no text is quadratic.
 """
 
 from __future__ import annotations
@@ -940,7 +942,7 @@ class _Summary:
 
     def holds(self, fact: Fact, needles: _Needles | None) -> bool:
         keys = self.keys
-        if fact.key in keys or any(k in keys for k in fact.also):
+        if fact.key in keys or not keys.isdisjoint(fact.also):
             return True
         matcher = _MATCHER.get(fact.kind, "name")
         if matcher == "name" and fact.key in self.names:
