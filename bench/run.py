@@ -538,7 +538,7 @@ def retention_rows(scale: Scale) -> list[Row]:
     *folds, (_, one_turn) = fr.folds(CACHE)
     rows = []
     for name, path in folds:
-        m = fr.measure_fold(name, path, one_turn, runs=max(scale.runs, 5) * 2 - 1)
+        m = fr.measure_fold(name, path, one_turn, runs=scale.runs * 2 - 1)
         RETENTION.append(m)
         s = m.samples
         label = "agent thread" if name == "agent" else "conversation only"
