@@ -21,6 +21,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -862,7 +863,7 @@ def retention_section() -> str:
         )
     return (
         RETENTION_NOTES.replace("{quality}", quality)
-        .replace("{verdict}", verdict)
+        .replace("{verdict}", textwrap.fill(verdict, 95))
         .replace("{cost}", "\n".join(cost))
         .replace("{runs}", str(len(RETENTION[0].samples.kept)) if RETENTION else "?")
     )
@@ -932,11 +933,13 @@ the tests' model server in a child process (latency 0). In turns, {runs} runs, m
 |---|---|---|---|---|---|
 {cost}
 
-{verdict} The cost is the summary's: reading it with
-the same extractor as the fold costs 6-10 µs for each candidate fact in it (finding the next
-trigger, one match of the scanner's 29 alternatives, about 1.5 µs in C here, and the Python
-around them), and a full-size summary holds 500 to 1,000 candidates; holding the fold's facts
-to what it offers adds 1-2 ms. No part of that can run before the summary exists.
+{verdict}
+
+The cost is the summary's: reading it with the same extractor as the fold costs 6-10 µs for
+each candidate fact in it (finding the next trigger, one match of the scanner's 17 or 28
+alternatives, about 1.5 µs in C here, and the Python around them), and a full-size summary
+holds 500 to 1,000 candidates; holding the fold's facts to what it offers adds 1-2 ms. No part
+of that can run before the summary exists.
 
 Profiled and changed (each checked against the previous extractor on the corpus, the bench
 folds and 6,000 random texts: the same facts, keys and retention everywhere):
@@ -953,8 +956,8 @@ folds and 6,000 random texts: the same facts, keys and retention everywhere):
   path for case-insensitive branches); the URL and e-mail heads match possessively; the search
   for short dates (`25/11`) jumps from digit to digit instead of testing every position;
   normalising a text splits on whitespace instead of a regex. Together with the above,
-  `retention_of` on the agent thread went from about 9.3 ms to 7.5 ms (both measured with
-  this bench, in turns, on the same day).
+  `retention_of` on the agent thread went from 9.3 ms to 7.7 ms (one run of this bench each,
+  before and after, on the same day: the machine's load moves such figures by 20%).
 - Tried and dropped: one C pass over the text for every candidate (a look-behind-led
   pattern with the trigger as a look-ahead): it must test every position, and was slower than
   walking from trigger to trigger (3.6 ms for the pass alone on the summary, against 4-5 ms
