@@ -400,12 +400,11 @@ def measure_fold(name: str, fold_file: Path, one_turn_file: Path, runs: int = RU
 def folds(directory: Path) -> list[tuple[str, Path]]:
     """The two fold volumes (each with its prose summary beside it) and the one-turn volume,
     built once in directory."""
-    rng = random.Random(14)
     built = []
-    for name, make in (("agent", agent_fold), ("chat", chat_fold)):
+    for seed, name, make in ((14, "agent", agent_fold), (15, "chat", chat_fold)):
         path = directory / f"retention-{name}.db"
         if not path.exists():
-            fold, summaries = make(rng)
+            fold, summaries = make(random.Random(seed))
             summary_path(path).write_text(prose_summary(summaries), encoding="utf-8")
             fold_volume(path, fold)
         built.append((name, path))
