@@ -899,19 +899,55 @@ def _needles(fact: Fact) -> _Needles | None:
     return tuple((needle, tuple(_WORD_RUN.findall(needle))) for needle in needles)
 
 
+class _Holding:
+    """How a summary may hold each of a list of facts, by index: a value key it offers, a
+    name, a hash, or a needle found in its text. Made once, so that a summary's keys and names
+    are matched to all the facts at once, set against set."""
+
+    def __init__(self, facts: Sequence[Fact]) -> None:
+        self.by_key: dict[str, list[int]] = {}
+        self.by_name: dict[str, list[int]] = {}
+        self.rest: list[tuple[int, str, _Needles | None]] = []  # a hash's key, or needles
+        for n, fact in enumerate(facts):
+            for key in (fact.key, *fact.also):
+                self.by_key.setdefault(key, []).append(n)
+            matcher = _MATCHER.get(fact.kind, "name")
+            if matcher == "name":
+                self.by_name.setdefault(fact.key, []).append(n)
+            needles = _needles(fact)
+            if matcher == "hash" or needles is not None:
+                self.rest.append((n, fact.key, needles))
+        self.keys, self.names = frozenset(self.by_key), frozenset(self.by_name)
+
+    def held(self, summary: _Summary) -> set[int]:
+        """The indices of the facts the summary holds."""
+        held: set[int] = set()
+        for key in summary.keys & self.keys:
+            held.update(self.by_key[key])
+        for name in summary.names & self.names:
+            held.update(self.by_name[name])
+        for n, key, needles in self.rest:
+            if n in held:
+                continue
+            if summary.holds_hash(key) if needles is None else summary.has(needles):
+                held.add(n)
+        return held
+
+
 class _Found(list):
-    """The facts of a fold, with the needles of those searched for as text: made with the
-    facts, off the critical path (a compaction reads them while the model writes)."""
+    """The facts of a fold, with how a summary may hold them: made with the facts, off the
+    critical path (a compaction reads them while the model writes)."""
 
     def __init__(self, facts: Iterable[Fact]) -> None:
         super().__init__(facts)
-        self.needles = [_needles(fact) for fact in self]
+        self.holding = _Holding(self)
+        self.size = len(self)
 
 
-def _needles_of(facts: Sequence[Fact]) -> list[_Needles | None]:
-    if isinstance(facts, _Found) and len(facts.needles) == len(facts):
-        return facts.needles
-    return [_needles(fact) for fact in facts]
+def _holding_of(facts: Sequence[Fact]) -> _Holding:
+    if isinstance(facts, _Found) and facts.size == len(facts):
+        return facts.holding
+    return _Holding(facts)
 
 
 class _Summary:
@@ -925,14 +961,14 @@ class _Summary:
         self.keys: set[str] = set()
         self.names: set[str] = set()
         self.hashes: list[str] = []
-        self._words: set[str] | None = None
-        for fact, _, offers in _tokens(summary.replace("`", " ")):
-            self.keys.update(offers)
-            matcher = _MATCHER.get(fact.kind, "name")
-            if matcher == "name":
-                self.names.update(_names(fact))
-            elif matcher == "hash":
-                self.hashes.append(fact.key)
+        for branch, found in _scan(summary.replace("`", " ")):
+            for fact, _, offers in _parsed(branch, found):
+                self.keys.update(offers)
+                matcher = _MATCHER.get(fact.kind, "name")
+                if matcher == "name":
+                    self.names.update(_names(fact))
+                elif matcher == "hash":
+                    self.hashes.append(fact.key)
         # "25/11", "30.11": read generously on this side only, where a wrong reading can make
         # a fact found but never make one up.
         for first, second in _SHORT_DATE.findall(summary):
@@ -940,29 +976,25 @@ class _Summary:
                 if 1 <= day <= 31 and 1 <= month <= 12:
                     self.keys.update((f"d:--{month:02d}-{day:02d}", f"dp:--{month:02d}-{day:02d}"))
 
-    def holds(self, fact: Fact, needles: _Needles | None) -> bool:
-        keys = self.keys
-        if fact.key in keys or not keys.isdisjoint(fact.also):
-            return True
-        matcher = _MATCHER.get(fact.kind, "name")
-        if matcher == "name" and fact.key in self.names:
-            return True
-        if matcher == "hash":
-            return any(h.startswith(fact.key) or fact.key.startswith(h) for h in self.hashes)
-        return needles is not None and any(self.has(n, runs) for n, runs in needles)
+    def holds_hash(self, key: str) -> bool:
+        """A git hash is held by a prefix of at least 7 characters, either way."""
+        return any(h.startswith(key) or key.startswith(h) for h in self.hashes)
 
-    def has(self, needle: str, runs: tuple[str, ...]) -> bool:
-        """`_occurs(needle, text)`: between word boundaries every run of word characters of
-        the needle is a whole word of the text, and a needle that is one such run is found
-        when it is one."""
-        if runs:
-            if self._words is None:  # normalising changes spaces and backslashes, no word
-                self._words = set(_WORD_RUN.findall(self.summary.casefold()))
-            if not self._words.issuperset(runs):
-                return False
-            if runs[0] == needle:
+    def has(self, needles: _Needles) -> bool:
+        """Whether any needle occurs in the text between word boundaries (`_occurs`): every
+        run of word characters of such a needle is a whole word of the text, and a needle
+        that is one such run is found when it is one."""
+        words = self.words
+        for needle, runs in needles:
+            if runs and not words.issuperset(runs):
+                continue
+            if (runs and runs[0] == needle) or _occurs(needle, self.text):
                 return True
-        return _occurs(needle, self.text)
+        return False
+
+    @functools.cached_property
+    def words(self) -> set[str]:
+        return set(_WORD_RUN.findall(self.summary.casefold()))  # normalising changes no word
 
     @functools.cached_property
     def text(self) -> str:
@@ -1002,9 +1034,8 @@ def retention_of(facts: Sequence[Fact], summary: str) -> Retention:
     if is_refusal(summary):
         missing = [fact.text for fact in facts]
     else:
-        index = _Summary(summary)
-        needles = _needles_of(facts)
-        missing = [f.text for f, n in zip(facts, needles, strict=True) if not index.holds(f, n)]
+        held = _holding_of(facts).held(_Summary(summary))
+        missing = [fact.text for n, fact in enumerate(facts) if n not in held]
     share = 1 - len(missing) / len(facts)
     return Retention(share, missing[:MISSING_SHOWN], len(facts), len(missing))
 
