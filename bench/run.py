@@ -15,11 +15,13 @@ import argparse
 import math
 import os
 import platform
+import resource
 import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -585,6 +587,192 @@ def fleet_rows(scale: Scale) -> list[Row]:
     return rows
 
 
+# -- fact retention, undo, the schema gate ----------------------------------------------------
+
+RETENTION: list = []  # what retention_rows measured, for the "Fact retention" section
+
+
+def in_process(seconds: list[float]) -> Timing:
+    """Seconds timed inside this process; peak memory is this process's."""
+    return Timing(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def retention_rows(scale: Scale) -> list[Row]:
+    """The fact-retention check against compaction's local work on the same 1 MB fold, both
+    in CPU seconds of this process (bench/retention.py says what is timed and how)."""
+    from bench import retention as fr
+
+    *folds, (_, one_turn) = fr.folds(CACHE)
+    rows = []
+    for name, path in folds:
+        m = fr.measure_fold(name, path, one_turn, runs=scale.runs * 2 - 1)
+        RETENTION.append(m)
+        s = m.samples
+        label = "agent thread" if name == "agent" else "conversation only"
+        what = (
+            f"{label}, {m.megabytes:.1f} MB ({m.conversation_kb:,.0f} kB talk, {m.facts:,} facts)"
+        )
+        local, local_wall = s.median("local_cpu"), s.median("local")
+        for part, cpu, wall in (
+            ("retention_of (critical path)", s.kept_cpu, s.kept),
+            ("facts_of_fold + retention_of (total)", s.total_cpu, s.total),
+        ):
+            goal = name == "agent" and part.endswith("(critical path)")
+            note = f"wall {statistics.median(wall) / local_wall:.1%} of {local_wall * 1e3:.0f} ms"
+            if part.endswith("(critical path)"):
+                dense = s.median("dense_cpu")
+                note += (
+                    f"; a {m.dense_chars / 1e3:.0f} kB summary of facts only: "
+                    f"{dense * 1e3:.1f} ms, {dense / local:.1%}; the whole `volumetool compact` "
+                    f"command: {s.median('command'):.2f} s, of which "
+                    f"{s.median('kept') / s.median('command'):.1%}"
+                )
+            row = Row(
+                f"fact retention, {what}: {part}",
+                "< 5% of compaction's local work" if goal else "reported",
+                in_process(cpu),
+                "compaction's local work on the fold, CPU",
+                in_process(s.local_cpu),
+                note=note,
+            )
+            if goal:
+                row.met = row.ratio < 0.05
+            rows.append(report(row))
+    return rows
+
+
+UNDO_MESSAGES = 10_000
+
+
+def count(path: Path, sql: str) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def undo_row(scale: Scale) -> Row:
+    """`thread undo` of a compaction that folded 10,000 messages, as a whole command."""
+    from bench.retention import KEY, KEY_ENV, compact_command, fold_volume
+    from volumetool.compaction.plan import Message
+
+    os.environ.setdefault(KEY_ENV, "sk-bench-not-a-real-key")
+
+    def build(path: Path) -> None:
+        topics = ("order", "refund", "deploy", "ticket", "invoice")
+        fold_volume(
+            path,
+            [
+                Message(
+                    0,
+                    ("user", "assistant")[n % 2],
+                    f"About {topics[n % 5]} {n}: noted, "
+                    f"step {n % 7} of the plan is done and the next one is due.",
+                )
+                for n in range(UNDO_MESSAGES)
+            ],
+        )
+        with ModelServer() as server:
+            server.summary = "The user and the agent went through the plan; all steps done."
+            call(*compact_command(path, server.url))
+        path.with_name(path.name + ".volumetool-lock").unlink(missing_ok=True)
+
+    compacted = cached(f"undo-{UNDO_MESSAGES}.db", build)
+    work = CACHE / "undo-work.db"
+
+    def fresh_copy() -> None:
+        for p in CACHE.glob("undo-work.db*"):
+            p.unlink()
+        shutil.copyfile(compacted, work)
+
+    folded = count(compacted, "SELECT count(*) FROM messages WHERE folded_by IS NOT NULL")
+    ours = measure([VT, "thread", "undo", work, KEY, "--yes"], scale.runs * 2, setup=fresh_copy)
+    live = count(work, "SELECT count(*) FROM messages WHERE folded_by IS NULL")
+    assert live == UNDO_MESSAGES + 4, (live, folded)
+    base = measure(sqlite3_cli(work, UNDO_SQL), scale.runs * 2, setup=fresh_copy)
+    version = measure([VT, "--version"], scale.runs * 2)
+    for p in CACHE.glob("undo-work.db*"):
+        p.unlink()
+    row = Row(
+        f"thread undo of a compaction of {folded:,} messages",
+        "< 1 s",
+        ours,
+        "sqlite3, the same UPDATEs",
+        base,
+        note=f"volumetool --version: {version.median:.3f}s",
+    )
+    row.met = ours.median < 1
+    return report(row)
+
+
+# What `thread undo` writes, in one transaction: the compaction marked undone, its messages
+# live, the previous summary (none here) back, one audit event.
+UNDO_SQL = """BEGIN IMMEDIATE;
+INSERT INTO compactions (run_id, session_id, summary, undone_at)
+  SELECT (SELECT max(id) FROM runs WHERE trigger = 'compaction' AND status = 'ok'), 1, summary,
+  '2026-11-30T00:00:00.000Z' FROM sessions WHERE id = 1
+  ON CONFLICT (run_id) DO UPDATE SET undone_at = excluded.undone_at;
+UPDATE messages SET folded_by = NULL WHERE folded_by =
+  (SELECT max(id) FROM runs WHERE trigger = 'compaction' AND status = 'ok');
+UPDATE sessions SET summary = NULL WHERE id = 1;
+INSERT INTO audit (ts, event, detail, session_id, run_id, actor) VALUES
+  ('2026-11-30T00:00:00.000Z', 'compaction', '{"action": "undo"}', 1,
+  (SELECT max(id) FROM runs WHERE trigger = 'compaction'), 'volumetool');
+COMMIT;"""
+
+GATE_OPENS = 200
+
+
+def gate_rows(scale: Scale, large: Path) -> list[Row]:
+    """The schema gate as a file is opened (it reads the schema table only), in this process
+    on a fresh connection each time; then whole read commands, beside `--version`."""
+    from volumetool.volume import connect, read_schema_state, require_current, schema_differences
+
+    gate, schema_load = [], []
+    for _ in range(GATE_OPENS):
+        conn = connect(large, readonly=True)
+        try:
+            started = time.perf_counter()
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # SQLite's own
+            loaded = time.perf_counter()
+            state = read_schema_state(conn, large)
+            require_current(state, large)
+            differences = schema_differences(conn)
+            gate.append(time.perf_counter() - loaded)
+            schema_load.append(loaded - started)
+        finally:
+            conn.close()
+        assert not differences, differences
+    version = measure([VT, "--version"], scale.runs * 2)
+    row = Row(
+        f"schema gate on open ({scale.sessions:,} threads), in-process, {GATE_OPENS} opens",
+        "< 2 ms",
+        in_process(gate),
+        "volumetool --version",
+        version,
+        note=f"median {statistics.median(gate) * 1e3:.2f} ms; SQLite's own schema load before "
+        f"it: {statistics.median(schema_load) * 1e3:.2f} ms",
+    )
+    row.met = row.ours.median < 0.002
+    rows = [report(row)]
+    for args in (["runs", large, "-n", "1"], ["status", large]):
+        ours = measure([VT, *args], scale.runs * 2)
+        rows.append(
+            report(
+                Row(
+                    f"{args[0]}{' -n 1' if args[0] == 'runs' else ''} ({scale.sessions:,} "
+                    "threads), whole command, gate included",
+                    "reported",
+                    ours,
+                    "volumetool --version",
+                    version,
+                )
+            )
+        )
+    return rows
+
+
 # -- the report ----------------------------------------------------------------------------
 
 
@@ -651,7 +839,7 @@ def write_markdown(rows: list[Row], scale: Scale, path: Path, took: float, large
             f"{r.ours.peak_mb:.0f} MB | {r.baseline_name} | {r.baseline_seconds:.3f} s | "
             f"{r.ratio:.2f}x | {r.goal} | {met} |"
         )
-    path.write_text("\n".join(lines) + "\n" + NOTES)
+    path.write_text("\n".join(lines) + "\n" + NOTES + retention_section())
 
 
 NOTES = """
@@ -674,6 +862,20 @@ NOTES = """
 - `status` of a fleet is held against a shell loop of one `sqlite3` process per volume running
   the queries volumetool needs for the same row: the schema gate's reads (migration records
   and the four reads of the trust check) and the row's own.
+- `thread undo` of a compaction that folded 10,000 messages (a thread of 10,004 compacted by
+  `volumetool compact` against the tests' model server) is one transaction: the compaction
+  marked undone, the messages made live through `messages_by_folding_run`, the summary back,
+  one audit event. The sqlite3 baseline runs those statements alone; the rest is process
+  start, imports, the plan's reads and the schema gate (on open and again under the lock).
+- The schema gate (`read_schema_state`, `require_current`, `schema_differences` in
+  `volumetool/volume.py`) reads `sqlite_master` and three pragma joins (columns, foreign keys,
+  index columns) and compares them with the format, so its cost does not grow with the file.
+  It is timed in the bench process on a fresh connection each time, after SQLite's own schema
+  load (which any first query pays); the whole `runs -n 1` and `status` commands beside
+  `--version` show a read command in all. Every write transaction checks the schema again
+  under the lock (`Volume.write`): a compaction of N threads pays the gate N + 1 times.
+- Rows measured in this process (the schema gate, fact retention) show this process's peak
+  memory, not a command's.
 
 ## Profiled and fixed
 
@@ -700,6 +902,145 @@ NOTES = """
 """
 
 
+def retention_section() -> str:
+    """The "Fact retention" section: how well the check tells good summaries from lossy ones
+    on the corpus, and what it costs, from this run's measurements."""
+    from bench.retention import corpus_sets
+
+    quality = "\n".join(
+        f"| {name} | {q.flagged} ({q.flagged / q.folds:.1%}) | {q.caught} "
+        f"({q.caught / q.folds:.0%}) | {q.precision:.1%} | {q.named} |"
+        for name, q in corpus_sets()
+    )
+    cost = []
+    for m in RETENTION:
+        s = m.samples
+        local, kept, total = (s.median(n) * 1e3 for n in ("local_cpu", "kept_cpu", "total_cpu"))
+        fold = "agent thread" if m.name == "agent" else "conversation only"
+        cost.append(
+            f"| {fold}: {m.messages:,} messages, {m.megabytes:.1f} MB, {m.conversation_kb:,.0f} "
+            f"kB of talk, {m.facts:,} facts | {local:.0f} ms | {kept:.1f} ms ({kept / local:.1%}) "
+            f"| {s.median('dense_cpu') * 1e3:.1f} ms | {total:.0f} ms ({total / local:.0%}) | "
+            f"{s.median('command'):.2f} s ({s.median('kept') / s.median('command'):.1%}) |"
+        )
+    verdict = "Not measured in this run."
+    for m in RETENTION[:1]:
+        local, kept = m.samples.median("local_cpu"), m.samples.median("kept_cpu")
+        share = kept / local
+        verdict = (
+            "The goal, `retention_of` under 5% of compaction's local work on the agent thread's "
+            f"1 MB fold, is {'met' if share < 0.05 else '**not met**'}: {share:.1%} "
+            f"({kept * 1e3:.1f} ms of CPU against {local * 1e3:.0f} ms). Against the whole "
+            f"command a user runs, process start included, it is "
+            f"{m.samples.median('kept') / m.samples.median('command'):.1%}."
+        )
+    return (
+        RETENTION_NOTES.replace("{quality}", quality)
+        .replace("{verdict}", textwrap.fill(verdict, 95))
+        .replace("{cost}", "\n".join(cost))
+        .replace("{runs}", str(len(RETENTION[0].samples.kept)) if RETENTION else "?")
+    )
+
+
+RETENTION_NOTES = """
+## Fact retention
+
+`volumetool/compaction/retention.py` extracts the hard facts of a fold (numbers with units,
+dates, times, URLs, paths, e-mail addresses, ids, names, code spans, memory keys) and looks for
+each in the summary. The table below is computed by `make bench` (`bench/retention.py`); the
+same figures are asserted by `tests/test_retention.py` (run with `-s` to print them).
+
+**Corpus.** 48 folds in `tests/data/retention/`, one JSON file each: 6 to 13 messages as the
+volume stores them (tool calls in OpenAI and Anthropic shape, tool results, 3 with a previous
+summary), a good summary (every hard fact that matters, reworded and shorter) and a lossy one
+with what it `lost` (a digit changed in an amount, id or hash, a wrong day or time, a truncated
+version, a dropped URL path, file, e-mail, ticket or memory key, a rounded duration, and 6
+refusals). English, German, Spanish, French, Japanese, Portuguese and one Italian; support,
+code review, travel booking, incident response, billing, HR, data pipelines and sales. 39 folds
+were written first and used to tune; 9 (`holdout-*`) were written afterwards and measured once.
+
+**How.** A summary is flagged when at least one fact of the fold is missing from it
+(`missing_facts` non-empty: what `--min-retention 1.0` would reject). Positive = lossy.
+
+| set | good summaries flagged | lossy caught | precision | a `lost` fact named |
+|---|---|---|---|---|
+{quality}
+
+- First run of the first draft on the 39 tuning folds: 25 good summaries flagged. Reading short
+  tool results and every tool-call argument caused most of it (25 flagged, against 15 without
+  results, 11 with identifiers only from arguments and 8 with memory keys only, every lossy
+  summary caught in each case); the rest were extractor bugs (a seat `41D` read as 41 days,
+  `PaymentRepository.find_by_customer`, `12528.00` against `12 528`, German `30.11.`, `25/11`).
+- 5 tuning good summaries were then revised, each noted in its `good_revision` field: they had
+  dropped what `DEFAULT_PROMPT` asks to keep (a stated budget, a declined option, a directory
+  name, a code span shortened).
+- Hold-out: 3 of 9 good summaries flagged at first measure: a pre-discount subtotal, a table
+  named only through a job name (`events_2025` in `events_2025_backfill`) and `$0` written "at
+  no cost". One rule followed (zero amounts are not demanded); the other two stay flagged.
+  Recall limits seen there: an Italian date (`15 dicembre 2026`), an id ending in a letter
+  (`SHF-2027-01-N`) and a kebab name without digits (`acme-analytics`) are not extracted.
+
+**Cost.** The `fact retention` rows above; `python bench/retention.py` prints the same. Two
+folds of about 1 MB made of the corpus conversations (each copy's digits permuted): an agent
+thread, where talk is a tenth of the bytes and tool results (log files read) the rest, and a
+worst case of talk only. Each is one thread of a volume, compacted in the bench process against
+the tests' model server in a child process (latency 0). In turns, {runs} runs, medians:
+
+- *Compaction's local work*: CPU seconds of `compact()` on that thread with the check replaced
+  by nothing, minus the same for a thread of one turn (what any run costs: event loop, HTTP
+  client, lock). What is left is what the fold costs: reading and planning it, rendering the
+  requests (the fold goes in parts at the default `--max-input-tokens`), JSON, the client's
+  side of the HTTP exchange and the commit. The server's work is not counted; wall time is in
+  the rows' notes.
+- *The check*, as a compaction runs it, parse cache emptied first: `facts_of_fold`, which runs
+  in a thread while the model writes, so that it costs CPU but no waiting; then
+  `retention_of`, which needs the answer: the check's whole share of the critical path. Their
+  sum is the CPU the check adds. CPU time of the thread that runs them.
+- *The summary* the server returns: the corpus' good summaries of the fold's conversations in
+  order, up to 16,000 characters (`--max-summary-tokens`' default of 4,096 tokens): about 500
+  candidate facts. A summary of nothing but the fold's facts is the densest case.
+- *The whole command*: `volumetool compact VOL --key K --force` on a fresh copy, process start
+  and imports included, check included.
+
+| fold | local work | retention_of | facts-only summary | + facts_of_fold | whole command |
+|---|---|---|---|---|---|
+{cost}
+
+{verdict}
+
+The cost is the summary's: reading it with the same extractor as the fold costs 6-10 µs for
+each candidate fact in it (finding the next trigger, one match of the scanner's 17 or 28
+alternatives, about 1.5 µs in C here, and the Python around them), and a full-size summary
+holds 500 to 1,000 candidates; holding the fold's facts to what it offers adds 1-2 ms. No part
+of that can run before the summary exists.
+
+Profiled and changed (each checked against the previous extractor on the corpus, the bench
+folds and 6,000 random texts: the same facts, keys and retention everywhere):
+
+- Holding a fact to the summary searched the summary's normalised text for identifiers,
+  memory keys and code (`_occurs`, a scan of the text per fact, three per snake_case name).
+  The summary's words are now a set, built once: a needle whose words are not all in it is
+  missing without a search, and a needle that is one word is found by a lookup. The summary's
+  keys and names meet the facts' set against set, through an index of the facts by key and
+  name made with them, while the model writes (with the needles and their words). On the
+  worst-case fold (9,329 facts) `retention_of` went from 49 ms to about 20 ms.
+- A digit that starts its word (most numbers) goes straight to the digit scanner, without the
+  walk back through the word; the number-and-unit pattern and the month names skip their
+  case-insensitive tries in one step (a look-ahead on their first letters: sre has no fast
+  path for case-insensitive branches); the URL and e-mail heads match possessively; the search
+  for short dates (`25/11`) jumps from digit to digit instead of testing every position;
+  normalising a text splits on whitespace instead of a regex. Together with the above,
+  `retention_of` on the agent thread went from 9.3 ms to 7.7 ms (one run of this bench each,
+  before and after, on the same day: the machine's load moves such figures by 20%).
+- Tried and dropped: one C pass over the text for every candidate (a look-behind-led
+  pattern with the trigger as a look-ahead): it must test every position, and was slower than
+  walking from trigger to trigger (3.6 ms for the pass alone on the summary, against 4-5 ms
+  for the whole walk). Per-first-character scanners: 3% faster, not worth the tables. Reading
+  the summary's matches into keys once per distinct match while the fold is read: it moved
+  more work into `facts_of_fold` than it took from `retention_of`.
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small fixtures, under a minute")
@@ -722,6 +1063,9 @@ def main() -> None:
         ("migrate", lambda: [migrate_row(scale, large)]),
         ("compact", lambda: compaction_rows(scale)),
         ("fleet", lambda: fleet_rows(scale)),
+        ("retention", lambda: retention_rows(scale)),
+        ("undo", lambda: [undo_row(scale)]),
+        ("gate", lambda: gate_rows(scale, large)),
     ]
     rows: list[Row] = []
     for name, group in groups:

@@ -557,6 +557,18 @@ def test_extraction_is_the_same_whether_texts_come_one_by_one_or_from_a_fold(tex
     assert 0.0 <= measure(None, fold, summary).retention <= 1.0
 
 
+@given(st.lists(chatty(), min_size=1, max_size=5), chatty(), chatty())
+def test_a_fold_s_facts_are_held_to_a_summary_as_any_list_of_the_same_facts_would_be(
+    texts, previous, summary
+):
+    fold = [Message(n + 1, "user", t) for n, t in enumerate(texts)]
+    found = facts_of_fold(previous, fold)  # prepared while the model writes
+    assert retention_of(found, summary) == retention_of(list(found), summary)
+    assert retention_of(found, summary + " " + previous) == retention_of(
+        list(found), summary + " " + previous
+    )
+
+
 # --- the corpus ------------------------------------------------------------------------------
 
 

@@ -53,10 +53,12 @@ corpus in tests/data/retention (good and lossy summaries of 48 folds; see BENCHM
 
 Speed: the scan jumps in C (a pattern led by a character set) from one digit, `_`, `/`, `@`,
 `.` inside a word or CamelCase hump to the next, so plain prose costs almost nothing, but each
-candidate fact costs 15-25 µs: about 30 ms for a fold with 74 kB of fact-dense conversation,
-more than the rest of compaction's local work (BENCHMARKS.md). `facts_of_fold` does not need
-the summary, so a caller can run it while the model writes; `retention_of` is what waits. A
-run of 256 address characters without a break is a blob and skipped, so no text is quadratic.
+candidate fact costs 6-20 µs (finding it, one match of the scanner, the Python around them):
+about 25 ms for a fold with 74 kB of fact-dense conversation, 5-10 ms for a summary of 16 kB.
+`facts_of_fold` does not need the summary, so a caller runs it while the model writes, and it
+prepares what holding a fact needs (`_Found`); `retention_of` is what waits: one scan of the
+summary, then a lookup or two per fact (BENCHMARKS.md, "Fact retention"). A run of 256 address
+characters without a break is a blob and skipped, so no text is quadratic.
 """
 
 from __future__ import annotations
@@ -132,6 +134,12 @@ def _trie_pattern(node: dict) -> str:
         return ""
     body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
     return f"(?:{body})?" if "" in node else body  # a word may end here, after longer ones
+
+
+def _initial(words: Iterable[str]) -> str:
+    """A look-ahead for the first characters of the words: it fails a trie in one step where
+    sre would enter each of its branches (case-insensitive ones have no fast path)."""
+    return "(?=[" + "".join(sorted({re.escape(word[0]) for word in words})) + "])"
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -230,17 +238,18 @@ _SP = "[ \u00a0\u202f]"
 _NUM = r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?"
 _END = r"(?![A-Za-z0-9_])"
 _WORD_END = "(?![A-Za-zÀ-ÖØ-öø-ÿ])"  # "01 são" holds no seconds; "16GBの" is 16 GB
-_MONTH = f"(?:(?i:{_alternation(_MONTHS)})|May)"
+_MONTH = f"(?i:{_initial(_MONTHS)})(?:(?i:{_alternation(_MONTHS)})|May)"
 # "41D" is a seat, not 41 days: one-letter units count in lower case only.
 _SPELLED = [u for u in _UNITS if len(u) > 1 or not u.isascii() or not u.isalpha()]
 _TIME_UNIT = _alternation(u for u in _SPELLED if _UNITS[u][0] == "s")
 _TIME_UNIT = f"(?:(?i:{_TIME_UNIT})|[shd])"
 _OTHER_UNIT = _alternation([u for u in _SPELLED if _UNITS[u][0] != "s"] + list(_CURRENCIES))
+_ANY_UNIT = f"(?i:{_initial([*_SPELLED, *_CURRENCIES, 's', 'h', 'd'])})"
 _JOIN = rf"(?:{_SP}?(?:(?:and|und|y|e|et){_SP})?)"
 # A number and what follows it, parsed once: a unit, a currency, or the parts of a duration
 # ("4 min 12 s", "2 horas y 30 minutos", "4分12秒").
 _QUANTITY = (
-    rf"(?:{_NUM})(?:[kKM](?![A-Za-z]))?(?:(?:{_SP}|-(?=[^\W\d_]))?"
+    rf"(?:{_NUM})(?:[kKM](?![A-Za-z]))?(?:(?:{_SP}|-(?=[^\W\d_]))?{_ANY_UNIT}"
     rf"(?:{_TIME_UNIT}{_WORD_END}(?:{_JOIN}\d+(?:[.,]\d+)?{_SP}?{_TIME_UNIT}{_WORD_END}){{0,2}}"
     rf"|(?i:{_OTHER_UNIT}){_WORD_END}))?{_END}"
 )
@@ -250,8 +259,8 @@ _PATH_CHARS = r"[A-Za-z0-9_.\-@+%=]"
 # In precedence order: at one position the first branch that matches wins.
 _BRANCHES = {
     "code": r"`[^`\n]{1,200}`",
-    "url": rf"(?:[A-Za-z][A-Za-z0-9+.\-]{{1,15}}://|www\.){_URL_CHARS}+",
-    "email": r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}" + _END,
+    "url": rf"(?:[A-Za-z][A-Za-z0-9+.\-]{{1,15}}+://|www\.){_URL_CHARS}+",
+    "email": r"[A-Za-z0-9._%+\-]++@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}" + _END,
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _END,
     "winpath": r"[A-Za-z]:[\\/][^\s\\/:*?\"<>|`']+(?:[\\/][^\s\\/:*?\"<>|`']+)*[\\/]?",
     "abspath": rf"(?:~|\.{{1,2}})?(?:/{_PATH_CHARS}+)+/?",
@@ -326,8 +335,8 @@ _TOKEN_CHARS = _ASCII_WORD | frozenset(_ADDRESS_MARKS)
 _TOKEN_BREAK = re.compile(f"[^A-Za-z0-9_{re.escape(_ADDRESS_MARKS)}]")
 _LEADING_WORDS = frozenset(_MONTHS) | {"may", *(p.casefold() for p in _CURRENCY_PREFIXES)}
 _FENCE = re.compile(r"```(.*?)(?:```|\Z)", re.S)
-_SPACE = re.compile(r"\s+")
 _SEPARATORS = re.compile(r"[\s_\-]+")
+_WORD_RUN = re.compile(r"[A-Za-z0-9_]+")  # a word as `_occurs` bounds it (_ASCII_WORD)
 _SCHEME = re.compile(r"^(?:[a-z][a-z0-9+.\-]*://)?(?:www\.)?")
 _TRAILING = ".,;:!?)]}'\"»」』。、"
 _REFUSAL = re.compile(
@@ -342,7 +351,8 @@ _INABILITY = re.compile(
     r"|não (?:posso|consigo)|できません|いたしかねます",
     re.I,
 )
-_SHORT_DATE = re.compile(r"(?<![0-9./])(\d{1,2})[/.](\d{1,2})(?![0-9/]|\.[0-9])")
+# Led by a digit, not by the look-behind, so that the search jumps from digit to digit.
+_SHORT_DATE = re.compile(r"(\d(?<![0-9./]\d)\d?)[/.](\d{1,2})(?![0-9/]|\.[0-9])")
 
 # --- what a match means ----------------------------------------------------------------------
 
@@ -549,7 +559,7 @@ def _phone(text: str) -> list[_Token]:
 
 
 def _normal(text: str) -> str:
-    return _SPACE.sub(" ", text.casefold().replace("\\", "/")).strip()
+    return " ".join(text.casefold().replace("\\", "/").split())  # str.split() is \s+
 
 
 def _named(kind: str, text: str, key: str, also: tuple[str, ...] = ()) -> list[_Token]:
@@ -664,24 +674,35 @@ _HANDLERS: dict[str, Callable[[str], list[_Token]]] = {
 
 @functools.lru_cache(maxsize=8192)
 def _parsed(branch: str, text: str) -> tuple[_Token, ...]:
-    """What a matched text means; the same ids and numbers recur through a conversation."""
+    """What a matched text means; the same ids and numbers recur through a conversation, and
+    a summary repeats the fold's: read while the model writes, they cost the summary less."""
     return tuple(_HANDLERS[branch](text))
 
 
 def _tokens(text: str) -> list[_Token]:
     """The candidate facts of a text, left to right."""
-    tokens: list[_Token] = []
+    return [token for branch, found in _scan(text) for token in _parsed(branch, found)]
+
+
+def _scan(text: str) -> list[tuple[str, str]]:
+    """Where the candidate facts of a text are: the branch and the text of each match, left
+    to right (`_parsed` says what they mean)."""
+    found: list[tuple[str, str]] = []
     pos = 0
-    search = _TRIGGER.search
+    search, digit_at, fact_at, token_chars = _TRIGGER.search, _number_at, _fact_at, _TOKEN_CHARS
     while (trigger := search(text, pos)) is not None:
-        match = _fact_at(text, trigger.start(), pos)
-        if match is None:
-            pos = _after_blob(text, trigger.start() + 1)
+        i = trigger.start()
+        if text[i].isdigit() and (i == pos or text[i - 1] not in token_chars):
+            match = digit_at(text, i, pos)  # the common case, without the walk back
         else:
-            if match.end() - match.start() <= FACT_MAX_CHARS:
-                tokens.extend(_parsed(match.lastgroup or "", match[0]))
-            pos = match.end()
-    return tokens
+            match = fact_at(text, i, pos)
+        if match is None:
+            pos = _after_blob(text, i + 1)
+            continue
+        start, pos = match.span()
+        if pos - start <= FACT_MAX_CHARS:
+            found.append((match.lastgroup or "", match[0]))
+    return found
 
 
 def _after_blob(text: str, pos: int) -> int:
@@ -699,18 +720,28 @@ def _fact_at(text: str, i: int, floor: int) -> re.Match[str] | None:
     start = i
     while start > floor and text[start - 1] in _TOKEN_CHARS:
         start -= 1
+    if start == i and text[i].isdigit():
+        return _number_at(text, i, floor)
     if text[start].isdigit():
         before = _word_before(text, start, floor) if _may_follow_a_word(text, start) else None
         if before is not None and (match := _SCAN.match(text, before)) is not None:
             return match
-        if start == i:  # the common case: a number starts a word
-            return _SCAN_DIGIT.match(text, i)
     for k in range(start, i + 1):
         if k == start or text[k - 1] not in _ASCII_WORD:
             scan = _SCAN_DIGIT if text[k].isdigit() else _SCAN
             if (match := scan.match(text, k)) is not None:
                 return match
     return None
+
+
+def _number_at(text: str, i: int, floor: int) -> re.Match[str] | None:
+    """The fact at a digit that starts its word: a day after its month or an amount after its
+    currency code ("Nov 30", "USD 1,200") starts at that word, anything else at the digit."""
+    if i - 1 > floor and text[i - 1] in " \u00a0" and _may_follow_a_word(text, i):
+        before = _word_before(text, i, floor)
+        if before is not None and (match := _SCAN.match(text, before)) is not None:
+            return match
+    return _SCAN_DIGIT.match(text, i)
 
 
 def _may_follow_a_word(text: str, start: int) -> bool:
@@ -754,6 +785,9 @@ class _Facts:
     def add_text(self, text: str, limit: int | None = TEXT_MAX_CHARS) -> None:
         """The facts a text states; none when it is longer than limit (material it quotes)."""
         if limit is not None and len(text) > limit:
+            return
+        if "```" not in text:
+            self.add_tokens(_tokens(text))
             return
         start = 0
         for fence in _FENCE.finditer(text):
@@ -812,7 +846,7 @@ def extract_facts(texts: Iterable[str], memory_keys: Iterable[str] = ()) -> list
         facts.add_text(text)
     for key in memory_keys:
         facts.add_memory_key(key)
-    return facts.facts
+    return _Found(facts.facts)
 
 
 def facts_of_fold(previous_summary: str | None, fold: Sequence[Message]) -> list[Fact]:
@@ -823,7 +857,7 @@ def facts_of_fold(previous_summary: str | None, fold: Sequence[Message]) -> list
         facts.add_text(previous_summary, limit=None)
     for message in fold:
         facts.add_message(message)
-    return facts.facts
+    return _Found(facts.facts)
 
 
 # --- the summary -----------------------------------------------------------------------------
@@ -848,21 +882,93 @@ def is_refusal(summary: str) -> bool:
     )
 
 
+_Needles = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _needles(fact: Fact) -> _Needles | None:
+    """The texts a summary's text is searched for when its keys and names do not hold the
+    fact, each with its word runs (`_Summary.has`); None when it is not searched for."""
+    matcher = _MATCHER.get(fact.kind)
+    if matcher == "separated":  # deploy_region = deploy-region = "deploy region"
+        words = _SEPARATORS.split(fact.key.strip(" _-"))
+        needles: tuple[str, ...] = tuple(sep.join(words) for sep in "_- ")
+    elif matcher == "substring" or fact.kind in ("ticket", "id"):
+        needles = (fact.key,)  # a ticket written in lower case is no longer read as one
+    else:
+        return None
+    return tuple((needle, tuple(_WORD_RUN.findall(needle))) for needle in needles)
+
+
+class _Holding:
+    """How a summary may hold each of a list of facts, by index: a value key it offers, a
+    name, a hash, or a needle found in its text. Made once, so that a summary's keys and names
+    are matched to all the facts at once, set against set."""
+
+    def __init__(self, facts: Sequence[Fact]) -> None:
+        self.by_key: dict[str, list[int]] = {}
+        self.by_name: dict[str, list[int]] = {}
+        self.rest: list[tuple[int, str, _Needles | None]] = []  # a hash's key, or needles
+        for n, fact in enumerate(facts):
+            for key in (fact.key, *fact.also):
+                self.by_key.setdefault(key, []).append(n)
+            matcher = _MATCHER.get(fact.kind, "name")
+            if matcher == "name":
+                self.by_name.setdefault(fact.key, []).append(n)
+            needles = _needles(fact)
+            if matcher == "hash" or needles is not None:
+                self.rest.append((n, fact.key, needles))
+        self.keys, self.names = frozenset(self.by_key), frozenset(self.by_name)
+
+    def held(self, summary: _Summary) -> set[int]:
+        """The indices of the facts the summary holds."""
+        held: set[int] = set()
+        for key in summary.keys & self.keys:
+            held.update(self.by_key[key])
+        for name in summary.names & self.names:
+            held.update(self.by_name[name])
+        for n, key, needles in self.rest:
+            if n in held:
+                continue
+            if summary.holds_hash(key) if needles is None else summary.has(needles):
+                held.add(n)
+        return held
+
+
+class _Found(list):
+    """The facts of a fold, with how a summary may hold them: made with the facts, off the
+    critical path (a compaction reads them while the model writes)."""
+
+    def __init__(self, facts: Iterable[Fact]) -> None:
+        super().__init__(facts)
+        self.holding = _Holding(self)
+        self.size = len(self)
+
+
+def _holding_of(facts: Sequence[Fact]) -> _Holding:
+    if isinstance(facts, _Found) and facts.size == len(facts):
+        return facts.holding
+    return _Holding(facts)
+
+
 class _Summary:
     """A summary read once with the same extractor, so that each fact is a lookup: a value by
     its keys, a name (URL, path, e-mail, ticket, id) by its normalised text. Code and names
-    that may be written with other separators are searched in the text."""
+    that may be written with other separators are searched in the text, and only where its
+    words are: a set of them rules out most at once."""
 
     def __init__(self, summary: str) -> None:
-        self.text = _normal(summary)
+        self.summary = summary
         self.keys: set[str] = set()
         self.names: set[str] = set()
         self.hashes: list[str] = []
-        for token in _tokens(summary.replace("`", " ")):
-            self.keys.update(token.offers)
-            self.names.update(_names(token.fact))
-            if token.fact.kind == "hash":
-                self.hashes.append(token.fact.key)
+        for branch, found in _scan(summary.replace("`", " ")):
+            for fact, _, offers in _parsed(branch, found):
+                self.keys.update(offers)
+                matcher = _MATCHER.get(fact.kind, "name")
+                if matcher == "name":
+                    self.names.update(_names(fact))
+                elif matcher == "hash":
+                    self.hashes.append(fact.key)
         # "25/11", "30.11": read generously on this side only, where a wrong reading can make
         # a fact found but never make one up.
         for first, second in _SHORT_DATE.findall(summary):
@@ -870,32 +976,39 @@ class _Summary:
                 if 1 <= day <= 31 and 1 <= month <= 12:
                     self.keys.update((f"d:--{month:02d}-{day:02d}", f"dp:--{month:02d}-{day:02d}"))
 
-    def holds(self, fact: Fact) -> bool:
-        if fact.key in self.keys or any(k in self.keys for k in fact.also):
-            return True
-        matcher = _MATCHER.get(fact.kind, "name")
-        if matcher == "name":  # a ticket written in lower case is no longer read as one
-            return fact.key in self.names or (
-                fact.kind in ("ticket", "id") and _occurs(fact.key, self.text)
-            )
-        if matcher == "hash":
-            return any(h.startswith(fact.key) or fact.key.startswith(h) for h in self.hashes)
-        if matcher == "separated":  # deploy_region = deploy-region = "deploy region"
-            words = _SEPARATORS.split(fact.key.strip(" _-"))
-            return any(_occurs(sep.join(words), self.text) for sep in "_- ")
-        return matcher == "substring" and _occurs(fact.key, self.text)
+    def holds_hash(self, key: str) -> bool:
+        """A git hash is held by a prefix of at least 7 characters, either way."""
+        return any(h.startswith(key) or key.startswith(h) for h in self.hashes)
+
+    def has(self, needles: _Needles) -> bool:
+        """Whether any needle occurs in the text between word boundaries (`_occurs`): every
+        run of word characters of such a needle is a whole word of the text, and a needle
+        that is one such run is found when it is one."""
+        words = self.words
+        for needle, runs in needles:
+            if runs and not words.issuperset(runs):
+                continue
+            if (runs and runs[0] == needle) or _occurs(needle, self.text):
+                return True
+        return False
+
+    @functools.cached_property
+    def words(self) -> set[str]:
+        return set(_WORD_RUN.findall(self.summary.casefold()))  # normalising changes no word
+
+    @functools.cached_property
+    def text(self) -> str:
+        return _normal(self.summary)
 
 
-def _names(fact: Fact) -> Iterator[str]:
-    """The normalised names a summary's fact stands for: a path also names its tail
+def _names(fact: Fact) -> list[str]:
+    """The normalised names a summary's name fact stands for: a path also names its tail
     (/srv/app/deploy/values.yaml names deploy/values.yaml), a URL also its host."""
-    if _MATCHER.get(fact.kind, "name") != "name":
-        return
-    yield fact.key
     if fact.kind == "path":
-        yield from (fact.key[i + 1 :] for i, c in enumerate(fact.key) if c == "/")
-    elif fact.kind == "url":
-        yield fact.key.split("/", 1)[0]
+        return [fact.key, *(fact.key[i + 1 :] for i, c in enumerate(fact.key) if c == "/")]
+    if fact.kind == "url":
+        return [fact.key, fact.key.split("/", 1)[0]]
+    return [fact.key]
 
 
 def _occurs(needle: str, text: str) -> bool:
@@ -921,8 +1034,8 @@ def retention_of(facts: Sequence[Fact], summary: str) -> Retention:
     if is_refusal(summary):
         missing = [fact.text for fact in facts]
     else:
-        index = _Summary(summary)
-        missing = [fact.text for fact in facts if not index.holds(fact)]
+        held = _holding_of(facts).held(_Summary(summary))
+        missing = [fact.text for n, fact in enumerate(facts) if n not in held]
     share = 1 - len(missing) / len(facts)
     return Retention(share, missing[:MISSING_SHOWN], len(facts), len(missing))
 
