@@ -93,6 +93,9 @@ def _translate(exc: Exception) -> VolumetoolError:
     if isinstance(exc, ValueError) and "null byte" in str(exc):
         # Only an API caller (no shell) can pass one; no file can be named with it.
         return UnusableInput("a path holds a NUL character; no file can have that name")
+    if isinstance(exc, UnicodeEncodeError) and "surrogate" in str(exc):
+        # Lone surrogates that are not a shell's undecodable bytes: no file name holds them.
+        return UnusableInput("a path holds characters no file name can have (lone surrogates)")
     sqlite3 = sys.modules.get("sqlite3")
     if sqlite3 is not None and isinstance(exc, sqlite3.Error):
         return from_sqlite(exc, "database")
