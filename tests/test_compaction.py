@@ -212,6 +212,12 @@ def test_force_compacts_a_named_thread_that_is_not_due(run_cli, volume, server):
     result = compact(run_cli, volume, "--key", "discord:2", "--json")
     [outcome] = json.loads(result.stdout)
     assert outcome["status"] == "skipped" and "not due" in outcome["error"]
+    assert (outcome["volume"], outcome["session_id"], outcome["model"]) == (
+        str(volume["path"]),
+        volume["small"],
+        "tiny-model",
+    )
+    assert (outcome["last_input_tokens"], outcome["threshold"]) == (10_000, 50_000)
     assert server.requests == []
     [outcome] = json.loads(
         compact(run_cli, volume, "--key", "discord:2", "--force", "--json").stdout

@@ -223,6 +223,15 @@ def test_anthropic_answers_are_read_field_by_field():
         "r",
     )
     assert (plain.text, plain.tool_call, plain.usage.input_tokens) == ("s", False, 10)
+    assert (plain.finish, plain.request_id) == ("end_turn", "r")
+    for kind in ("tool_use", "server_tool_use"):
+        called = _anthropic(
+            {"content": [{"type": kind, "id": "t", "name": "f", "input": {}}], "usage": usage},
+            "r",
+        )
+        assert called.tool_call is True and called.text is None
+    odd = _anthropic({"content": [], "stop_reason": 5}, None)
+    assert (odd.finish, odd.text, odd.tool_call) == (None, None, False)
     for broken in (
         {"content": None, "usage": usage},
         {"content": [{"type": "text"}], "usage": usage},

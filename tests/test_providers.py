@@ -412,3 +412,15 @@ def test_max_input_tokens_splits_before_any_refusal(server, tmp_path):
     assert outcome.status == "compacted"
     assert len(server.requests) >= 2
     assert all(r["fault"] is None for r in server.requests)
+
+
+def test_a_cut_off_answer_is_not_a_prompt_too_long(server, tmp_path):
+    """Only the endpoint's "prompt too long" splits a fold: a summary cut at the token limit
+    is a failure of its own, after one request, however large the fold."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "long", turns=40)
+    w.close()
+    server.fault = "truncated"
+    [outcome], _ = compact([str(w.path)], request(server))
+    assert outcome.status == "failed" and "cut off" in outcome.error
+    assert len(server.requests) == 1
