@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
-from volumetool.compaction.plan import Due, RunFact, check_due
+from volumetool.compaction.plan import MIN_LIVE_TURNS, Due, RunFact, check_due
 from volumetool.compaction.store import STANDING_COMPACTION
 from volumetool.settings import MemorySettings
 
@@ -101,15 +101,19 @@ def window(today: date, days: int) -> list[str]:
     return [(today - timedelta(days=n)).isoformat() for n in range(days - 1, -1, -1)]
 
 
+def _bounds(days: list[str]) -> tuple[str, str]:
+    """The window as a started_at range: from its first day to the day after its last."""
+    return days[0], (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
+
+
 def token_days(conn: sqlite3.Connection, days: list[str]) -> list[TokenDay]:
     """Runs and tokens per day and trigger inside the window (read through runs_by_started)."""
-    end = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
     rows = conn.execute(
         "SELECT substr(started_at, 1, 10) AS day, trigger, count(*),"
         " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0)"
         " FROM runs WHERE started_at >= ? AND started_at < ? GROUP BY day, trigger"
         " ORDER BY day, trigger",
-        (days[0], end),
+        _bounds(days),
     )
     inside = set(days)  # a started_at that is not a date stays out of every day
     return [TokenDay(*row) for row in rows if row[0] in inside]
@@ -117,7 +121,6 @@ def token_days(conn: sqlite3.Connection, days: list[str]) -> list[TokenDay]:
 
 def compaction_days(conn: sqlite3.Connection, days: list[str]) -> list[CompactionDay]:
     """Compaction runs per day inside the window, one entry for each day of it."""
-    end = (date.fromisoformat(days[-1]) + timedelta(days=1)).isoformat()
     rows = conn.execute(
         "SELECT substr(r.started_at, 1, 10) AS day,"
         " sum(r.status = 'ok' AND c.undone_at IS NULL), sum(r.status = 'error'),"
@@ -126,44 +129,49 @@ def compaction_days(conn: sqlite3.Connection, days: list[str]) -> list[Compactio
         " FROM runs r LEFT JOIN compactions c ON c.run_id = r.id"
         " WHERE r.trigger = 'compaction' AND r.started_at >= ? AND r.started_at < ?"
         " GROUP BY day",
-        (days[0], end),
+        _bounds(days),
     )
     found = {row[0]: CompactionDay(*row) for row in rows}
     return [found.get(day, CompactionDay(day)) for day in days]
 
 
-_ACTIVE_THREADS_SQL = f"""
-SELECT s.id, s.conversation_key, s.channel,
-  (SELECT max(runs.id) FROM runs WHERE runs.session_id = s.id AND {STANDING_COMPACTION}),
-  a.id, a.last_input_tokens
+# The latest standing compaction of every thread that has one (through runs_by_trigger), and
+# every active thread with its latest successful agent run (read backwards, so it stops at
+# once): what check_due needs of the runs, for thousands of threads in two queries.
+_STANDING_SQL = (
+    f"SELECT session_id, max(id) FROM runs WHERE {STANDING_COMPACTION} GROUP BY session_id"
+)
+_ACTIVE_THREADS_SQL = """
+SELECT s.id, s.conversation_key, s.channel, a.id, a.last_input_tokens
 FROM sessions s
-LEFT JOIN runs a ON a.id = (SELECT max(r.id) FROM runs r WHERE r.session_id = s.id
-                            AND r.trigger != 'compaction' AND r.status = 'ok')
+LEFT JOIN runs a ON a.id = (SELECT r.id FROM runs r WHERE r.session_id = s.id
+                            AND r.trigger != 'compaction' AND r.status = 'ok'
+                            ORDER BY r.id DESC LIMIT 1)
 WHERE s.status = 'active'"""
+# Live turns, counted only as far as the trigger needs to know (MIN_LIVE_TURNS).
+_LIVE_TURNS_SQL = """
+SELECT count(*) FROM (SELECT 1 FROM messages WHERE session_id = ? AND folded_by IS NULL
+                      AND role = 'user' LIMIT ?)"""
 
 
 def thread_sizes(conn: sqlite3.Connection, settings: MemorySettings) -> list[ThreadSize]:
     """Every active thread with its figure and whether it is due, by check_due itself; live
     turns are counted only for the threads at or over the threshold, the only ones they can
-    decide."""
+    decide, and only up to the number that decides."""
     threshold = threshold_of(settings)
+    compacted = dict(conn.execute(_STANDING_SQL))
     sizes = []
-    for session_id, key, channel, compacted, run_id, last_input in conn.execute(
-        _ACTIVE_THREADS_SQL
-    ):
+    for session_id, key, channel, run_id, last_input in conn.execute(_ACTIVE_THREADS_SQL):
         runs = []
-        if compacted is not None:
-            runs.append(RunFact(compacted, "compaction", "ok", None))
+        latest_compaction = compacted.get(session_id)
+        if latest_compaction is not None:
+            runs.append(RunFact(latest_compaction, "compaction", "ok", None))
         if run_id is not None:
             runs.append(RunFact(run_id, "message", "ok", last_input))
-        figure = last_input if run_id is not None and run_id > (compacted or 0) else None
+        figure = last_input if run_id is not None and run_id > (latest_compaction or 0) else None
         turns = 0
         if threshold is not None and figure is not None and figure >= threshold:
-            turns = conn.execute(
-                "SELECT count(*) FROM messages WHERE session_id = ? AND folded_by IS NULL"
-                " AND role = 'user'",
-                (session_id,),
-            ).fetchone()[0]
+            turns = conn.execute(_LIVE_TURNS_SQL, (session_id, MIN_LIVE_TURNS)).fetchone()[0]
         sizes.append(ThreadSize(session_id, key, channel, figure, check_due(settings, runs, turns)))
     return sizes
 

@@ -67,6 +67,7 @@ th, td { border-bottom: 1px solid var(--line); padding: 0.25rem 0.6rem; text-ali
 th { background: #f3f3f3; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.key { overflow-wrap: anywhere; max-width: 28rem; }
+td.when { white-space: nowrap; }
 .scroll { overflow-x: auto; }
 details { margin: 0.25rem 0 0; }
 summary { cursor: pointer; color: var(--muted); }
@@ -76,7 +77,12 @@ summary { cursor: pointer; color: var(--muted); }
   main { max-width: none; padding: 0; }
   section.volume { break-before: page; }
   section.volume:first-of-type { break-before: auto; }
-  figure, table, dl.facts, .note { break-inside: avoid; }
+  figure, dl.facts, .note, tr { break-inside: avoid; }
+  h2, h3 { break-after: avoid; }
+  .scroll { overflow: visible; }
+  table { font-size: 7.5pt; width: 100%; }
+  th, td { padding: 0.1rem 0.3rem; }
+  td.key { max-width: none; }
   svg.chart { max-height: none; }
   details:not([open]) { display: none; }
   a { color: inherit; text-decoration: none; }
@@ -132,9 +138,16 @@ def page(
 
 def _failure_note(failure: VolumeFailure) -> str:
     return (
-        f'<p class="note" role="note"><strong>Not read:</strong> {text(failure.path)}: '
-        f"{text(failure.message)} (exit code {failure.exit_code}).</p>"
+        f'<p class="note" role="note"><strong>Not read:</strong> {text(_what(failure))}'
+        f" (exit code {failure.exit_code}).</p>"
     )
+
+
+def _what(failure: VolumeFailure) -> str:
+    """The error line, naming the volume (most lines already start with its path)."""
+    if failure.message.startswith(failure.path):
+        return failure.message
+    return f"{failure.path}: {failure.message}"
 
 
 def _counts(report: VolumeReport) -> dict[str, int]:
@@ -171,7 +184,7 @@ def _fleet(reports: Sequence[VolumeReport], failures: Sequence[VolumeFailure]) -
         )
     for f in failures:
         rows.append(
-            f'<tr><td class="key">{text(f.path)}</td><td colspan="6">{text(f.message)}</td>'
+            f'<tr><td class="key">{text(f.path)}</td><td colspan="6">{text(_what(f))}</td>'
             f"<td><strong>not read</strong> (exit {f.exit_code})</td></tr>"
         )
     return (
@@ -420,6 +433,11 @@ def _compactions_figure(vid: str, r: VolumeReport) -> str:
         + (f"; failures on {len(failed_days)} day(s), the last {failed_days[-1]}" if failed else "")
         + "."
     )
+    if not ok + failed + undone:
+        return (
+            f"<figure><h3>Compactions over time</h3><p>{text(summary)}</p>"
+            "<p>No compaction ran in these days.</p></figure>"
+        )
     saved_chart = bar_chart(
         f"{vid}-saved",
         "Tokens saved by compaction, per day",
@@ -452,7 +470,8 @@ def _compactions_figure(vid: str, r: VolumeReport) -> str:
     return (
         f"<figure><h3>Compactions over time</h3><p>{text(summary)}</p>{saved_chart}"
         f"{runs_chart}{legend}<figcaption>Failed compactions left their threads as they"
-        " were; `volumetool audit VOLUME --event compaction --action failed` says why."
+        " were; <code>volumetool audit VOLUME --event compaction --action failed</code> says"
+        " why."
         f"</figcaption>{listed}</figure>"
     )
 
@@ -481,7 +500,7 @@ def _largest_table(vid: str, r: VolumeReport) -> str:
             shown = "—" if value is None else (f"{value:,}" if numeric else str(value))
             if key == "updated_at" and is_timestamp(value):
                 shown = f"{value[:10]} {value[11:16]}"
-            css = "n" if numeric else ("key" if key == "conversation_key" else "")
+            css = "n" if numeric else {"conversation_key": "key", "updated_at": "when"}.get(key, "")
             cells.append(f'<td class="{css}">{text(shown)}</td>')
         rows.append(f"<tr>{''.join(cells)}</tr>")
     body = "".join(rows) or f'<tr><td colspan="{len(columns)}">No messages.</td></tr>'
