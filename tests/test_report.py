@@ -109,6 +109,8 @@ def test_volume_text_is_escaped_and_shown_as_text(tmp_path, run_cli):
         s = due_thread(w, key, turns=3, tokens=70_000 + n)
         w.run(s, trigger=HOSTILE[0], model=HOSTILE[2], input_tokens=10, output_tokens=1)
     w.conn.execute("UPDATE sessions SET channel = ?", (HOSTILE[3],))
+    for figure in (-5, 2**62):  # figures no provider reports, written by someone
+        w.run(w.thread(f"odd:{figure}"), last_input_tokens=figure, input_tokens=figure)
     w.close()
     out = tmp_path / "report.html"
     result = run_cli("report", w.path, "-o", out)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 
 from volumetool.compaction.plan import MIN_LIVE_TURNS, Due, RunFact, check_due
@@ -50,13 +50,18 @@ class CompactionDay:
 class ThreadSize:
     """An active thread against the threshold: its figure is the last input tokens of its
     latest successful agent run since its latest compaction (SPEC section 6), None when there
-    is none; `due` says whether compaction would take it now, and why."""
+    is none. `due`, for a thread at or over the threshold, says whether compaction would take
+    it now, and why not (None for the others: under the threshold nothing is due)."""
 
     session_id: int
     conversation_key: str
     channel: str
     figure: int | None
-    due: Due
+    due: Due | None = None
+
+    @property
+    def due_now(self) -> bool:
+        return self.due is not None and self.due.due
 
 
 @dataclass
@@ -155,24 +160,22 @@ SELECT count(*) FROM (SELECT 1 FROM messages WHERE session_id = ? AND folded_by 
 
 
 def thread_sizes(conn: sqlite3.Connection, settings: MemorySettings) -> list[ThreadSize]:
-    """Every active thread with its figure and whether it is due, by check_due itself; live
-    turns are counted only for the threads at or over the threshold, the only ones they can
-    decide, and only up to the number that decides."""
+    """Every active thread with its figure; for those at or over the threshold, whether it is
+    due, by check_due itself, with live turns counted only as far as they decide."""
     threshold = threshold_of(settings)
     compacted = dict(conn.execute(_STANDING_SQL))
     sizes = []
     for session_id, key, channel, run_id, last_input in conn.execute(_ACTIVE_THREADS_SQL):
-        runs = []
         latest_compaction = compacted.get(session_id)
-        if latest_compaction is not None:
-            runs.append(RunFact(latest_compaction, "compaction", "ok", None))
-        if run_id is not None:
-            runs.append(RunFact(run_id, "message", "ok", last_input))
-        figure = last_input if run_id is not None and run_id > (latest_compaction or 0) else None
-        turns = 0
-        if threshold is not None and figure is not None and figure >= threshold:
+        newer = run_id is not None and run_id > (latest_compaction or 0)
+        size = ThreadSize(session_id, key, channel, last_input if newer else None)
+        if threshold is not None and size.figure is not None and size.figure >= threshold:
+            runs = [RunFact(run_id, "message", "ok", last_input)]
+            if latest_compaction is not None:
+                runs.append(RunFact(latest_compaction, "compaction", "ok", None))
             turns = conn.execute(_LIVE_TURNS_SQL, (session_id, MIN_LIVE_TURNS)).fetchone()[0]
-        sizes.append(ThreadSize(session_id, key, channel, figure, check_due(settings, runs, turns)))
+            size = replace(size, due=check_due(settings, runs, turns))
+        sizes.append(size)
     return sizes
 
 

@@ -7,6 +7,7 @@ entities), so that the tests can hold it to an XML parser as well as to an HTML5
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -157,7 +158,7 @@ def _counts(report: VolumeReport) -> dict[str, int]:
     for t in report.threads:
         if t.figure is None:
             counts["none"] += 1
-        elif t.due.due:
+        elif t.due_now:
             counts["due"] += 1
         elif threshold is not None and t.figure >= threshold:
             counts["over"] += 1
@@ -325,7 +326,7 @@ def _bins(r: VolumeReport) -> list[tuple[str, float, float, bool]]:
             (labels[n], edges[n], edges[n + 1], edges[n] >= threshold)
             for n in range(len(FRACTION_BINS))
         ]
-    top = max((t.figure for t in r.threads if t.figure is not None), default=0) or 1
+    top = max([t.figure for t in r.threads if t.figure is not None] + [1])
     step = top / 10
     return [
         (compact(step * n), step * n, step * (n + 1) if n < 9 else float("inf"), False)
@@ -339,9 +340,9 @@ def _threshold_figure(vid: str, r: VolumeReport) -> str:
     figures = [t for t in r.threads if t.figure is not None]
     bins = _bins(r)
     histogram = {label: 0 for label, *_ in bins}
+    lows = [b[1] for b in bins]
     for t in figures:
-        label = next(b[0] for b in bins if b[1] <= t.figure < b[2])  # type: ignore[operator]
-        histogram[label] += 1
+        histogram[bins[max(bisect.bisect_right(lows, t.figure) - 1, 0)][0]] += 1
     over_labels = {b[0] for b in bins if b[3]}
     if threshold is not None:
         setting = f"threshold {threshold:,} input tokens"
@@ -404,9 +405,9 @@ def _bar(t: ThreadSize, threshold: int | None) -> Bar:
     figure = t.figure or 0
     if threshold is None:
         state = ""
-    elif t.due.due:
+    elif t.due_now:
         state = "due now"
-    elif figure >= threshold:
+    elif figure >= threshold and t.due is not None:
         state = "over, " + t.due.reason.split(";")[0]
     else:
         state = f"under ({figure / threshold:.0%})"
@@ -415,8 +416,8 @@ def _bar(t: ThreadSize, threshold: int | None) -> Bar:
         figure,
         state,
         threshold is not None and figure >= threshold,
-        f"{t.conversation_key} ({t.channel}, thread {t.session_id}): {figure:,} input tokens;"
-        f" {t.due.reason}",
+        f"{t.conversation_key} ({t.channel}, thread {t.session_id}): {figure:,} input tokens"
+        + (f"; {t.due.reason}" if t.due is not None else ""),
     )
 
 
