@@ -8,6 +8,7 @@ import itertools
 import os
 import re
 import shutil
+import sqlite3
 import stat
 import subprocess
 import xml.etree.ElementTree as ET
@@ -358,3 +359,46 @@ def test_headless_chromium_renders_the_page_and_prints_it_on_a4(tmp_path, run_cl
     _chromium(tmp_path, out, f"--print-to-pdf={pdf}", "--no-pdf-header-footer")
     boxes = re.findall(rb"/MediaBox\s*\[\s*0 0 ([\d.]+) ([\d.]+)\s*\]", pdf.read_bytes())
     assert boxes and all(abs(float(w) - 595.3) < 2 and abs(float(h) - 841.9) < 2 for w, h in boxes)
+
+
+def test_a_volume_to_migrate_is_named_with_what_to_do_and_a_planted_trigger_is_shown(
+    tmp_path, run_cli
+):
+    from tests.legacy import write_legacy
+
+    planted = write_volume(tmp_path / "agent.db")
+    conn = sqlite3.connect(planted)
+    conn.execute("CREATE TRIGGER evil AFTER UPDATE ON sessions BEGIN DELETE FROM memories; END")
+    conn.close()
+    legacy = write_legacy(tmp_path / "old.db", [{"id": 1, "key": "k", "transcript": []}])
+    out = tmp_path / "report.html"
+    result = run_cli("report", planted, legacy, "-o", out)
+    assert result.exit_code == 3  # needs migrate: the most serious outcome
+    assert "trigger evil on sessions" in result.stderr
+    root = parse(out.read_text(encoding="utf-8"))
+    notes = [text_of(p) for p in root.iter(f"{XHTML}p") if p.get("role") == "note"]
+    assert (
+        f"Not read: {legacy}: a runtime 0.x file — run: volumetool migrate {legacy}" in (notes[0])
+    )
+    assert "the schema departs from the format: trigger evil on sessions" in notes[1]
+
+
+def test_a_locked_volume_is_busy_in_the_page_and_the_others_are_reported(tmp_path, run_cli):
+    free = write_volume(tmp_path / "a" / "agent.db")
+    locked = write_volume(tmp_path / "b" / "agent.db")
+    holder = sqlite3.connect(locked, isolation_level=None)
+    holder.execute("PRAGMA journal_mode = DELETE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        out = tmp_path / "report.html"
+        result = run_cli("report", free, locked, "--busy-timeout", "0.1", "-o", out)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.exit_code == 4  # busy: retry later
+    root = parse(out.read_text(encoding="utf-8"))
+    notes = [text_of(p) for p in root.iter(f"{XHTML}p") if p.get("role") == "note"]
+    assert notes[0].startswith(f"Not read: {locked}: the database is locked")
+    assert [s.get("id") for s in root.iter(f"{XHTML}section") if s.get("class") == "volume"] == [
+        "volume-1"
+    ]

@@ -90,7 +90,7 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
             reports.append(volume_report)
         except VolumetoolError as exc:
             show_error(exc)
-            failures.append(VolumeFailure(str(argument), exc.message, exc.exit_code))
+            failures.append(VolumeFailure(str(argument), exc.format_message(), exc.exit_code))
     if not reports:
         raise UnusableInput(
             f"no volume could be read ({len(failures)} tried)", "nothing was written"
