@@ -92,9 +92,13 @@ class MigrateResult:
     backup: Path | None = None
 
 
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _dangling(conn: sqlite3.Connection, table: str | None = None) -> str | None:
     """The first row of the file (or of `table`) pointing to a missing row, described."""
-    pragma = "PRAGMA foreign_key_check" + (f'("{table}")' if table else "")
+    pragma = "PRAGMA foreign_key_check" + (f"({_quoted(table)})" if table else "")
     rows = conn.execute(pragma).fetchall()
     if not rows:
         return None
@@ -121,7 +125,7 @@ def _dangling_after(
     written = {t for t, root in after.items() if before.get(t) != root} - set(BOOKKEEPING_TABLES)
     changes = conn.total_changes - changes_before
     accounted = 1 + sum(
-        conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] for table in written
+        conn.execute(f"SELECT count(*) FROM {_quoted(table)}").fetchone()[0] for table in written
     )
     if set(before) - set(after) or changes != accounted:
         return _dangling(conn)
