@@ -49,13 +49,14 @@ mutants: $(READY)
 	HYPOTHESIS_PROFILE=mutants $(BIN)/mutmut run --max-children $(or $(JOBS),2)
 	$(BIN)/python -m tests.mutants
 
-# Render the report page in Debian's headless Chromium (installed here when missing: root and
-# apt, as on CI) and print it on A4; the test is skipped elsewhere, and fails here without one.
+# Render the report page in Debian's headless Chromium and print it on A4, and hold it to HTML
+# Tidy (both installed here when missing: root and apt, as on CI); the tests are skipped
+# elsewhere, and fail here without them.
 report-check: $(READY)
-	@command -v chromium >/dev/null || { \
+	@command -v chromium >/dev/null && command -v tidy >/dev/null || { \
 	  apt-cache policy chromium | grep -q 'Candidate: [0-9]' || apt-get update; \
-	  apt-get install -y chromium; }
-	REQUIRE_CHROMIUM=1 $(BIN)/python -m pytest tests/test_report.py -q -k chromium
+	  apt-get install -y chromium tidy; }
+	REQUIRE_CHROMIUM=1 $(BIN)/python -m pytest tests/test_report.py -q -k "chromium or tidy"
 
 bench: $(READY)
 	$(BIN)/python bench/run.py $(if $(QUICK),--quick)

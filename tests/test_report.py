@@ -84,6 +84,10 @@ def test_the_page_is_well_formed_with_a_language_a_title_and_labelled_charts(tmp
         assert decoration.get("aria-hidden") == "true"
     ids = [e.get("id") for e in root.iter() if e.get("id")]
     assert len(ids) == len(set(ids))
+    for figure in root.iter(f"{XHTML}figure"):  # a caption is a figure's first or last child
+        children = list(figure)
+        captions = [n for n, c in enumerate(children) if c.tag == f"{XHTML}figcaption"]
+        assert captions in ([], [0], [len(children) - 1])
 
 
 def test_nothing_in_the_page_reaches_the_network_or_needs_a_script(tmp_path, run_cli):
@@ -312,7 +316,25 @@ def test_figures_on_axes_are_short():
     ]
 
 
-# -- in a browser ------------------------------------------------------------------------------
+# -- in a browser, and by HTML Tidy ---------------------------------------------------------------
+
+TIDY = shutil.which("tidy")
+
+
+@pytest.mark.skipif(
+    TIDY is None and not os.environ.get("REQUIRE_CHROMIUM"),
+    reason="no tidy installed (make report-check installs it)",
+)
+def test_html_tidy_finds_no_error_or_warning(tmp_path, run_cli):
+    assert TIDY, "REQUIRE_CHROMIUM is set and no tidy is installed"
+    first = write_volume(tmp_path / "a" / "agent.db")
+    second = write_volume(tmp_path / "b" / "agent.db")
+    (tmp_path / "bad.db").write_text("not a database")
+    out = tmp_path / "report.html"
+    run_cli("report", first, second, tmp_path / "bad.db", "-o", out)
+    checked = subprocess.run([TIDY, "-quiet", "-errors", out], capture_output=True, text=True)
+    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

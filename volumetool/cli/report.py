@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import warnings
 
 import click
 
@@ -58,16 +57,10 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
 
     from volumetool import __version__
     from volumetool.cli import show_error
-    from volumetool.errors import (
-        UntrustedSchemaWarning,
-        UnusableInput,
-        VolumetoolError,
-        worst_exit_code,
-    )
-    from volumetool.report.gather import VolumeFailure, read_volume, window
+    from volumetool.errors import UnusableInput, worst_exit_code
+    from volumetool.report.gather import read_volumes, window
     from volumetool.report.page import page
     from volumetool.settings import MemorySettings
-    from volumetool.volume import Volume
 
     settings = MemorySettings(scope="thread")  # the default threshold, compaction on
     if config_file:
@@ -75,22 +68,9 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
 
         settings = load_config(config_file).memory
     now = datetime.now(UTC)
-    span = window(now.date(), days)
-    reports, failures = [], []
-    for argument in volumes:
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                with Volume(argument, readonly=True, busy_timeout=busy_timeout) as vol:
-                    volume_report = read_volume(vol, settings, span)
-            for warning in caught:  # shown on stderr as ever; an untrusted schema in the page
-                if issubclass(warning.category, UntrustedSchemaWarning):
-                    volume_report.notes.append(str(warning.message))
-                warnings.warn(warning.message, stacklevel=1)
-            reports.append(volume_report)
-        except VolumetoolError as exc:
-            show_error(exc)
-            failures.append(VolumeFailure(str(argument), exc.format_message(), exc.exit_code))
+    reports, failures = read_volumes(volumes, settings, window(now.date(), days), busy_timeout)
+    for failure in failures:
+        show_error(failure.error)
     if not reports:
         raise UnusableInput(
             f"no volume could be read ({len(failures)} tried)", "nothing was written"

@@ -52,7 +52,7 @@ def pattern_defs() -> str:
             f'<rect width="6" height="6" fill="{colour}"/>{overlay}</pattern>'
         )
     return (
-        '<svg class="defs" width="0" height="0" aria-hidden="true" focusable="false">'
+        '<svg class="defs" width="0" height="0" aria-hidden="true">'
         f"<defs>{''.join(patterns)}</defs></svg>"
     )
 

@@ -8,12 +8,14 @@ a fraction of a second; nothing here renders.
 from __future__ import annotations
 
 import sqlite3
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 
 from volumetool.compaction.plan import MIN_LIVE_TURNS, Due, RunFact, check_due
 from volumetool.compaction.store import STANDING_COMPACTION
+from volumetool.errors import UntrustedSchemaWarning, VolumetoolError
 from volumetool.settings import MemorySettings
 
 LARGEST = 20  # threads in the table of the largest
@@ -89,11 +91,18 @@ class VolumeReport:
 
 @dataclass(frozen=True)
 class VolumeFailure:
-    """A volume the report could not read: its path, the error line and its exit code."""
+    """A volume the report could not read: as it was named, and why."""
 
     path: str
-    message: str
-    exit_code: int
+    error: VolumetoolError
+
+    @property
+    def message(self) -> str:
+        return self.error.format_message()
+
+    @property
+    def exit_code(self) -> int:
+        return self.error.exit_code
 
 
 def threshold_of(settings: MemorySettings) -> int | None:
@@ -219,3 +228,28 @@ def by_day(rows: Iterable[TokenDay], days: list[str]) -> dict[str, dict[str, int
     for row in rows:
         table[row.day][row.trigger] = table[row.day].get(row.trigger, 0) + row.tokens
     return table
+
+
+def read_volumes(
+    arguments: Iterable[str], settings: MemorySettings, days: list[str], busy_timeout: float
+) -> tuple[list[VolumeReport], list[VolumeFailure]]:
+    """Each volume read (read-only), or why it could not be. A warning that the schema
+    departs from the format is kept in the volume's notes, and warned again for stderr."""
+    from volumetool.volume import Volume
+
+    reports, failures = [], []
+    for argument in arguments:
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with Volume(argument, readonly=True, busy_timeout=busy_timeout) as volume:
+                    report = read_volume(volume, settings, days)
+        except VolumetoolError as exc:
+            failures.append(VolumeFailure(str(argument), exc))
+            continue
+        for warning in caught:
+            if issubclass(warning.category, UntrustedSchemaWarning):
+                report.notes.append(str(warning.message))
+            warnings.warn(warning.message, stacklevel=2)
+        reports.append(report)
+    return reports, failures

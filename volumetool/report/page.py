@@ -296,8 +296,8 @@ def _tokens_figure(vid: str, r: VolumeReport) -> str:
     )
     legend = _legend([(s.style, s.label) for s in series])
     return (
-        f"<figure><h3>{title}</h3>{chart}{legend}<figcaption>{text(desc)}</figcaption>"
-        f"{_tokens_table(r)}</figure>"
+        f"<figure><h3>{title}</h3>{chart}{legend}{_tokens_table(r)}"
+        f"<figcaption>{text(desc)}</figcaption></figure>"
     )
 
 
@@ -470,10 +470,9 @@ def _compactions_figure(vid: str, r: VolumeReport) -> str:
     listed = f"<ul>{failures}</ul>" if failures else "<p>No compaction failed in these days.</p>"
     return (
         f"<figure><h3>Compactions over time</h3><p>{text(summary)}</p>{saved_chart}"
-        f"{runs_chart}{legend}<figcaption>Failed compactions left their threads as they"
-        " were; <code>volumetool audit VOLUME --event compaction --action failed</code> says"
-        " why."
-        f"</figcaption>{listed}</figure>"
+        f"{runs_chart}{legend}{listed}<figcaption>Failed compactions left their threads as"
+        " they were; <code>volumetool audit VOLUME --event compaction --action failed</code>"
+        " says why.</figcaption></figure>"
     )
 
 
