@@ -657,3 +657,13 @@ def test_each_migration_is_checked_for_rows_pointing_nowhere(migration, dangling
     conn.executescript(migration + "; INSERT INTO _sqlite_migrations VALUES ('m')")
     found = _dangling_after(conn, tables, changes)
     assert (found is None) if dangling is None else found.startswith(dangling)
+
+
+def test_the_arrow_path_moves_well_formed_transcripts_without_falling_back(monkeypatch):
+    def fallback(conn):
+        raise AssertionError("the json_extract path ran")
+
+    monkeypatch.setattr(migrations_module, "check_transcripts", fallback)
+    transcripts = [json.dumps(EVERY_BRANCH), json.dumps([{"role": "user", "content": "\u0000"}])]
+    moved = _moved(transcripts, True, monkeypatch)
+    assert isinstance(moved, list) and len(moved) == len(EVERY_BRANCH) + 1

@@ -233,12 +233,23 @@ def _insert_messages(conn, rows: Iterable[tuple], with_ids: bool = False) -> Non
 def move_transcripts(conn, arrow: bool) -> None:
     """Every 0.x transcript into the empty `messages` table, threads in id order and each
     thread in transcript order. A transcript holding an escaped NUL (\\u0000), which SQLite's
-    JSON functions would cut short, goes through `transcript_rows`. `arrow` picks the SQL that
-    reads fields with `->>`; both give the same rows. A transcript that cannot be carried
-    forward raises LegacyDataError naming its row, and nothing is inserted."""
+    JSON functions would cut short, goes through `transcript_rows`. A transcript that cannot
+    be carried forward raises LegacyDataError naming its row, before anything is inserted.
+
+    `arrow` first tries the statement that reads fields with `->>`. It checks nothing ahead
+    (the insert fails on an element that is not a message); whatever goes wrong, its rows are
+    rolled back and the json_extract path runs instead, to give the same error (or the same
+    rows) as ever."""
     if arrow:
-        _move_with_arrow(conn)
-        return
+        conn.execute("SAVEPOINT m002_arrow")
+        try:
+            _move_with_arrow(conn)
+        except Exception:
+            conn.execute("ROLLBACK TO m002_arrow")
+        else:
+            conn.execute("RELEASE m002_arrow")
+            return
+        conn.execute("RELEASE m002_arrow")
     check_transcripts(conn)
     # Threads in id order: runs of plain transcripts in SQL, the rare one holding an escaped
     # NUL in Python, so that message ids still follow thread order.
@@ -257,34 +268,31 @@ def move_transcripts(conn, arrow: bool) -> None:
         previous = session_id
 
 
+class _NotAsExpected(Exception):
+    """The `->>` path met a transcript it leaves to the json_extract path."""
+
+
 def _move_with_arrow(conn) -> None:
     """move_transcripts with `->>`: one pass to learn each transcript's length, then one
     statement for every plain transcript, each message given its id."""
     shapes = conn.execute(TRANSCRIPT_SHAPES_SQL).fetchall()
     if any(length is None for _, length, _ in shapes):
-        check_transcripts(conn)  # names the first row that is not a JSON array
+        raise _NotAsExpected("a transcript that is not a JSON array")
     first, in_sql, in_python = 0, [], []
     for session_id, length, with_nul in shapes:
         (in_python if with_nul else in_sql).append((session_id, first, length))
         first += length
-    try:
-        conn.execute(MOVE_TRANSCRIPTS_ARROW_SQL, (json.dumps([t[:2] for t in in_sql]),))
-        for session_id, before, length in in_python:
-            transcript, created_at = conn.execute(
-                "SELECT transcript, created_at FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone()
-            rows = list(transcript_rows(session_id, transcript, created_at))
-            if len(rows) != length:
-                raise LegacyDataError(
-                    f"sessions row {session_id}: Python reads {len(rows)} transcript elements"
-                    f" where SQLite reads {length}"
-                )
-            _insert_messages(
-                conn, [(before + n + 1, *row) for n, row in enumerate(rows)], with_ids=True
-            )
-    except (sqlite3.IntegrityError, sqlite3.OperationalError, LookupError, AttributeError):
-        check_transcripts(conn)  # an element that is not a message: names row and element
-        raise
+    conn.execute(MOVE_TRANSCRIPTS_ARROW_SQL, (json.dumps([t[:2] for t in in_sql]),))
+    for session_id, before, length in in_python:
+        transcript, created_at = conn.execute(
+            "SELECT transcript, created_at FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        rows = list(transcript_rows(session_id, transcript, created_at))
+        if len(rows) != length:
+            raise _NotAsExpected("Python and SQLite read another number of elements")
+        _insert_messages(
+            conn, [(before + n + 1, *row) for n, row in enumerate(rows)], with_ids=True
+        )
 
 
 @migrations()
