@@ -968,14 +968,14 @@ NOTES = """
   start and the index builds).
 - `migrate` of the 1M-message 0.x file took 2.8-3.1x the floor (18.2 s of CPU against 5.8 s).
   Parsing every element once more to check it before moving anything cost 3 s (now the move
-  itself fails on a bad element, and only then is it looked for, to name it); `json_extract`
-  read most fields two or three times (now one `->>` each, json_type only where the value
-  cannot tell); sorting a million rows for their order cost 1.6 s (now each message's id comes
-  from its thread's place); a foreign-key check of the whole file after each of six migrations
-  cost 2.3 s (now only the tables a migration wrote and those referring to them). About
-  15 s of CPU remain: the move 7 s, `integrity_check` 2.5-4 s, the ten indexes of m005 2.5 s,
-  the three table rebuilds 1.4 s, the checks and start-up the rest; the integrity check and
-  the index builds alone come to about the floor itself.
+  itself fails on a bad element, and only then does the checked path run, to name it);
+  `json_extract` read most fields two or three times (now one `->>` each, json_type only where
+  the value cannot tell); sorting a million rows for their order cost 1.6 s (now each
+  message's id comes from its thread's place); a foreign-key check of the whole file after
+  each of six migrations cost 2.3 s (now only the tables a migration wrote and those referring
+  to them). About 15 s of CPU remain: the move 7 s, `integrity_check` 2.5-4 s, the ten indexes
+  of m005 2.5 s, the three table rebuilds 1.4 s, the checks and start-up the rest; the
+  integrity check and the index builds alone come to about the floor itself.
 """
 
 
