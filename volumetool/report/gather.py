@@ -17,6 +17,7 @@ from volumetool.compaction.plan import MIN_LIVE_TURNS, Due, RunFact, check_due
 from volumetool.compaction.store import STANDING_COMPACTION
 from volumetool.errors import UntrustedSchemaWarning, VolumetoolError
 from volumetool.settings import MemorySettings
+from volumetool.volume import Volume
 
 LARGEST = 20  # threads in the table of the largest
 
@@ -207,7 +208,7 @@ def largest_threads(conn: sqlite3.Connection, limit: int = LARGEST) -> list[dict
     return sorted(listed, key=lambda r: (-r["messages_total"], r["id"]))
 
 
-def read_volume(volume, settings: MemorySettings, days: list[str]) -> VolumeReport:
+def read_volume(volume: Volume, settings: MemorySettings, days: list[str]) -> VolumeReport:
     """Read what the report shows of an open volume (`volume.Volume`): the /status totals,
     then everything else in one snapshot."""
     from volumetool import listings
@@ -235,8 +236,6 @@ def read_volumes(
 ) -> tuple[list[VolumeReport], list[VolumeFailure]]:
     """Each volume read (read-only), or why it could not be. A warning that the schema
     departs from the format is kept in the volume's notes, and warned again for stderr."""
-    from volumetool.volume import Volume
-
     reports, failures = [], []
     for argument in arguments:
         try:

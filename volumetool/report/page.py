@@ -25,6 +25,7 @@ from volumetool.report.charts import (
     text,
 )
 from volumetool.report.gather import ThreadSize, VolumeFailure, VolumeReport, by_day
+from volumetool.settings import DEFAULT_THRESHOLD
 from volumetool.timefmt import is_timestamp
 
 TOP_TRIGGERS = len(STYLES) - 1  # the busiest triggers get their own series; the rest "other"
@@ -117,7 +118,8 @@ def page(
     threshold = (
         f"thresholds from {text(config)}"
         if config
-        else "threshold 50,000 input tokens, the default (pass --config for an agent's own)"
+        else f"threshold {DEFAULT_THRESHOLD:,} input tokens, the default (pass --config for an"
+        " agent's own)"
     )
     intro = (
         f"<header><h1>Agent volumes: {text(subject)}</h1>"
