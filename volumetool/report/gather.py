@@ -1,4 +1,4 @@
-"""What a report shows of one volume, read in one snapshot: SQL here, and pure functions that
+"""What a report shows of one volume: SQL here, and pure functions that
 shape the rows (days of a window, the state of a thread against its threshold).
 
 Every query reads through an index or a bounded window, so a volume of 20,000 threads reads in
