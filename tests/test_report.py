@@ -424,3 +424,15 @@ def test_a_locked_volume_is_busy_in_the_page_and_the_others_are_reported(tmp_pat
     assert [s.get("id") for s in root.iter(f"{XHTML}section") if s.get("class") == "volume"] == [
         "volume-1"
     ]
+
+
+@pytest.mark.parametrize("target", ["volume", "notes", "directory"])
+def test_the_page_never_replaces_a_volume_or_another_file(tmp_path, run_cli, target):
+    volume = write_volume(tmp_path / "agent.db")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    out = {"volume": volume, "notes": notes, "directory": tmp_path}[target]
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    result = run_cli("report", volume, "-o", out)
+    assert_clean_error(result, 2, str(out))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before

@@ -67,6 +67,10 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
         from volumetool.config import load_config
 
         settings = load_config(config_file).memory
+    if output_path != "-":
+        from volumetool.report.output import replaceable_mode
+
+        replaceable_mode(Path(output_path))  # refused before any volume is opened
     now = datetime.now(UTC)
     reports, failures = read_volumes(volumes, settings, window(now.date(), days), busy_timeout)
     for failure in failures:
@@ -83,7 +87,9 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
         stdout.write(document)
         stdout.flush()
     else:
-        _write(Path(output_path), document)
+        from volumetool.report.output import write_page
+
+        write_page(Path(output_path), document)
         click.echo(
             f"volumetool: wrote {output_path}: {len(reports)} volume(s)"
             + (f", {len(failures)} not read" if failures else "")
@@ -91,19 +97,3 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
             err=True,
         )
     sys.exit(worst_exit_code(f.exit_code for f in failures))
-
-
-def _write(path, document: bytes) -> None:
-    """The page in place at once (a temporary sibling renamed over it): a reader, or a web
-    server, sees the old page or the new one. A new file is private (0600: conversation keys
-    can name people); one being replaced keeps its mode."""
-    import os
-
-    from volumetool.create import staged_file
-
-    try:
-        mode = os.stat(path).st_mode & 0o777
-    except OSError:
-        mode = 0o600
-    with staged_file(path, mode=mode, replace=True) as tmp:
-        tmp.write_bytes(document)

@@ -28,6 +28,7 @@ from volumetool.report.gather import ThreadSize, VolumeFailure, VolumeReport, by
 from volumetool.settings import DEFAULT_THRESHOLD
 from volumetool.timefmt import is_timestamp
 
+DOCTYPE = "<!DOCTYPE html>"  # how every page starts: -o replaces nothing else
 TOP_TRIGGERS = len(STYLES) - 1  # the busiest triggers get their own series; the rest "other"
 TOP_THREADS = 25  # bars in the chart of the threads nearest compaction
 # Bins of the threshold chart, as fractions of the threshold: [low, high).
@@ -108,7 +109,7 @@ def page(
     )
     days = reports[0].days if reports else []
     head = (
-        '<!DOCTYPE html>\n<html lang="en" xmlns="http://www.w3.org/1999/xhtml"><head>'
+        f'{DOCTYPE}\n<html lang="en" xmlns="http://www.w3.org/1999/xhtml"><head>'
         '<meta charset="utf-8"/>'
         '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
         f'<meta name="generator" content="volumetool {text(version)}"/>'
