@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := .demo
 
-.PHONY: demo test lint format bench faults golden mutants clean
+.PHONY: demo test lint format bench faults golden mutants report-check clean
 
 $(READY): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "volumetool needs Python 3.11 or newer")'
@@ -48,6 +48,15 @@ mutants: $(READY)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[mutants]'
 	HYPOTHESIS_PROFILE=mutants $(BIN)/mutmut run --max-children $(or $(JOBS),2)
 	$(BIN)/python -m tests.mutants
+
+# Render the report page in Debian's headless Chromium and print it on A4, and hold it to HTML
+# Tidy (both installed here when missing: root and apt, as on CI); the tests are skipped
+# elsewhere, and fail here without them.
+report-check: $(READY)
+	@command -v chromium >/dev/null && command -v tidy >/dev/null || { \
+	  apt-cache policy chromium | grep -q 'Candidate: [0-9]' || apt-get update; \
+	  apt-get install -y chromium tidy; }
+	REQUIRE_CHROMIUM=1 $(BIN)/python -m pytest tests/test_report.py -q -k "chromium or tidy"
 
 bench: $(READY)
 	$(BIN)/python bench/run.py $(if $(QUICK),--quick)

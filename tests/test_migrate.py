@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 import sqlite_utils
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from tests.conftest import assert_clean_error
+from tests.conftest import assert_clean_error, examples
 from tests.legacy import write_legacy
 from tests.test_schema import ROOT, normalized_schema
 from tests.volumes import VolumeWriter, file_digest, table_dump
+from volumetool import migrations as migrations_module
 from volumetool.create import create_volume
-from volumetool.migrations import migrations
+from volumetool.migrations import LEGACY_TABLES_0X, migrations
 
 CALL = [
     {
@@ -478,3 +481,189 @@ def test_legacy_content_becomes_the_text_the_readme_says(
     path = write_legacy(tmp_path / "agent.db", [{"id": 1, "key": "k", "transcript": elements}])
     assert run_cli("migrate", path, "--no-backup").exit_code == 0
     assert table_dump(path)["messages"][0][3] == text
+
+
+# -- m002's two ways of reading transcripts ------------------------------------------------
+
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_timestamps = st.one_of(
+    st.just("2025-02-01T10:00:00.000Z"),
+    st.integers(min_value=-(2**34), max_value=2**34),
+    st.floats(min_value=-1e10, max_value=1e10, allow_nan=False),
+    st.text(max_size=6).map(lambda t: t if t[:1] not in "[{" else "[" + t),
+    _json_values,
+)
+_elements = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant", "tool"])},
+    optional={
+        "content": _json_values,
+        "tool_calls": _json_values,
+        "tool_call_id": _json_values,
+        "ts": _timestamps,
+        "extra": _json_values,
+    },
+)
+_transcripts = st.tuples(
+    st.lists(_elements, max_size=5),
+    st.booleans(),  # ensure_ascii: escaped (\\u00e9) or literal text, as 0.x files vary
+    st.sampled_from([None, 1]),  # compact or indented JSON
+)
+
+
+def _legacy_memory_db(transcripts: list[str]) -> sqlite_utils.Database:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    db = sqlite_utils.Database(conn)
+    for statement in LEGACY_TABLES_0X:
+        conn.execute(statement)
+    conn.executemany(
+        "INSERT INTO sessions (id, conversation_key, channel, transcript, archived, created_at,"
+        " updated_at) VALUES (?, ?, 'discord', ?, 1, '2025-01-05T00:00:00.000Z',"
+        " '2025-01-06T00:00:00.000Z')",
+        [(n * 3 + 1, f"k{n}", text) for n, text in enumerate(transcripts)],
+    )
+    return db
+
+
+def _moved(transcripts: list[str], arrow: bool, monkeypatch) -> list[tuple] | str:
+    """The messages m002 writes (every value with its storage class and bytes), or how it
+    failed (a timestamp out of SQLite's or Python's range fails both ways alike)."""
+    monkeypatch.setattr(migrations_module, "has_json_arrow", lambda conn: arrow)
+    db = _legacy_memory_db(transcripts)
+    try:
+        migrations.apply(db, stop_before="m003_runs_last_input_tokens")
+    except Exception as exc:  # how it failed is the outcome compared
+        return f"{type(exc).__name__}: {exc}"
+    exact = ", ".join(
+        f"typeof({c}) || ':' || coalesce(hex({c}), '')"
+        for c in ("role", "content", "tool_calls", "tool_call_id", "created_at", "folded_by")
+    )
+    return db.conn.execute(f"SELECT id, session_id, {exact} FROM messages ORDER BY id").fetchall()
+
+
+# Elements that m002 refuses, naming the row: whichever way it reads, the same message.
+BROKEN_ELEMENTS = {
+    "role": '{"role": "function", "content": "x"}',
+    "not-object": "5",
+    "string-object": json.dumps(json.dumps({"role": "user", "content": "x"})),
+}
+
+
+def _appended(transcript: str, element: str) -> str:
+    """A JSON array's text with one more element, written as given."""
+    body = transcript.strip()[1:-1].strip()
+    return "[" + (body + ", " if body else "") + element + "]"
+
+
+def test_the_json_arrow_path_is_chosen_where_sqlite_has_it():
+    conn = sqlite3.connect(":memory:")
+    assert migrations_module.has_json_arrow(conn) == (sqlite3.sqlite_version_info >= (3, 38))
+
+
+# Every branch of both statements at least once, whatever the draw.
+EVERY_BRANCH = [
+    {"role": "user", "content": True, "tool_calls": "caf\u00e9", "ts": "[not json"},
+    {"role": "assistant", "content": False, "tool_calls": None, "ts": True},
+    {"role": "tool", "content": 7, "tool_calls": 1.5e5, "tool_call_id": 7, "ts": [1]},
+    {"role": "user", "content": 2.5, "tool_calls": [{"id": "x"}], "ts": 1764480000.25},
+    {"role": "user", "content": None, "tool_calls": {"a": True}, "ts": 1764480000},
+    {"role": "system", "content": [{"type": "text"}], "ts": None},
+    {"role": "user", "content": {"k": "\u00e9"}, "ts": {"t": 1}},
+    {"role": "user"},
+]
+
+
+@settings(max_examples=examples(300))
+@example(
+    threads=[(EVERY_BRANCH, True, None), (EVERY_BRANCH, False, 1)],
+    nul=[False, True, False, False],
+    broken=None,
+)
+@given(
+    threads=st.lists(_transcripts, max_size=4),
+    nul=st.lists(st.booleans(), min_size=4, max_size=4),
+    broken=st.sampled_from([None, "role", "not-object", "string-object"]),
+)
+def test_m002_writes_the_same_bytes_with_arrow_and_with_json_extract(
+    threads, nul, broken, monkeypatch
+):
+    transcripts = []
+    for n, (elements, ascii_only, indent) in enumerate(threads):
+        elements = [dict(e) for e in elements]
+        if nul[n] and elements:  # an escaped NUL sends the thread through Python
+            elements[-1]["content"] = "nul \u0000 here"
+        transcripts.append(json.dumps(elements, ensure_ascii=ascii_only, indent=indent))
+    if broken and transcripts:
+        transcripts[-1] = _appended(transcripts[-1], BROKEN_ELEMENTS[broken])
+    with_arrow = _moved(transcripts, True, monkeypatch)
+    with_extract = _moved(transcripts, False, monkeypatch)
+    assert with_arrow == with_extract
+    if broken and transcripts:
+        assert isinstance(with_extract, str)
+
+
+def _fk_file() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.executescript(
+        "CREATE TABLE _sqlite_migrations (name TEXT);"
+        "CREATE TABLE parent (id INTEGER PRIMARY KEY);"
+        "CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id INTEGER REFERENCES parent (id));"
+        "INSERT INTO parent VALUES (1), (2); INSERT INTO child VALUES (1, 1), (2, 2);"
+    )
+    return conn
+
+
+@pytest.mark.parametrize(
+    ("migration", "dangling"),
+    [
+        # a new table whose rows point nowhere: found by checking that table alone
+        (
+            "CREATE TABLE fresh (id INTEGER PRIMARY KEY, parent_id INTEGER REFERENCES parent);"
+            "INSERT INTO fresh VALUES (1, 9)",
+            "fresh row 1 points to a missing parent row",
+        ),
+        # a rebuilt parent that lost a row: found in the table referring to it
+        (
+            "CREATE TABLE p2 (id INTEGER PRIMARY KEY); INSERT INTO p2 VALUES (1);"
+            "DROP TABLE parent; ALTER TABLE p2 RENAME TO parent",
+            "child row 2 points to a missing parent row",
+        ),
+        # a row changed in a table nothing rebuilt: the whole file is checked
+        (
+            "CREATE TABLE other (id INTEGER PRIMARY KEY); INSERT INTO other VALUES (1);"
+            "UPDATE child SET parent_id = 7 WHERE id = 1",
+            "child row 1 points to a missing parent",
+        ),
+        ("CREATE INDEX child_by_parent ON child (parent_id)", None),
+    ],
+)
+def test_each_migration_is_checked_for_rows_pointing_nowhere(migration, dangling):
+    from volumetool.migrate import _dangling_after, _tables
+
+    conn = _fk_file()
+    tables, changes = _tables(conn), conn.total_changes
+    conn.executescript(migration + "; INSERT INTO _sqlite_migrations VALUES ('m')")
+    found = _dangling_after(conn, tables, changes)
+    assert (found is None) if dangling is None else found.startswith(dangling)
+
+
+def test_the_arrow_path_moves_well_formed_transcripts_without_falling_back(monkeypatch):
+    def fallback(conn):
+        raise AssertionError("the json_extract path ran")
+
+    monkeypatch.setattr(migrations_module, "check_transcripts", fallback)
+    transcripts = [json.dumps(EVERY_BRANCH), json.dumps([{"role": "user", "content": "\u0000"}])]
+    moved = _moved(transcripts, True, monkeypatch)
+    assert isinstance(moved, list) and len(moved) == len(EVERY_BRANCH) + 1

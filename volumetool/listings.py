@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from volumetool.errors import ProblemsFound
@@ -164,14 +164,18 @@ def sessions(
     status: str = "active",
     since: str | None = None,
     limit: int | None = None,
+    ids: Sequence[int] | None = None,
 ) -> Iterator[dict]:
-    """Threads, most recently updated first, with their live size and compaction count."""
+    """Threads, most recently updated first, with their live size and compaction count;
+    `ids` lists only those threads."""
     where = Filters.of(
         ("s.status = ?", None if status == "all" else status),
         ("s.conversation_key GLOB ?", key_glob),
         ("s.channel = ?", channel),
         ("s.updated_at >= ?", since),
     )
+    if ids is not None:
+        where = where.add(f"s.id IN ({', '.join('?' * len(ids))})", *ids)
     cursor = conn.execute(
         f"""SELECT s.id, s.conversation_key, s.channel, s.status,
   (SELECT count(*) FROM messages m

@@ -14,10 +14,7 @@ from pathlib import Path
 from volumetool.backup import backup
 from volumetool.create import remove_stale_stages
 from volumetool.errors import Interrupted, ProblemsFound, SchemaMismatch, VolumetoolError
-from volumetool.format import (
-    MIGRATIONS,
-    Schema,
-)
+from volumetool.format import BOOKKEEPING_TABLES, MIGRATIONS, Schema
 from volumetool.volume import (
     SchemaState,
     Volume,
@@ -95,13 +92,54 @@ class MigrateResult:
     backup: Path | None = None
 
 
-def _dangling(conn: sqlite3.Connection) -> str | None:
-    rows = conn.execute("PRAGMA foreign_key_check").fetchall()
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _dangling(conn: sqlite3.Connection, table: str | None = None) -> str | None:
+    """The first row of the file (or of `table`) pointing to a missing row, described."""
+    pragma = "PRAGMA foreign_key_check" + (f"({_quoted(table)})" if table else "")
+    rows = conn.execute(pragma).fetchall()
     if not rows:
         return None
     table, rowid, parent, _ = rows[0]
     more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
     return f"{table} row {rowid} points to a missing {parent} row{more}"
+
+
+def _tables(conn: sqlite3.Connection) -> dict[str, int]:
+    """Each table of the file with its root page: a new root page means a new or rebuilt
+    table, every row of which the migration wrote."""
+    return dict(conn.execute("SELECT name, rootpage FROM main.sqlite_master WHERE type = 'table'"))
+
+
+def _dangling_after(
+    conn: sqlite3.Connection, before: dict[str, int], changes_before: int
+) -> str | None:
+    """`_dangling` for what one migration can have broken. When every row it wrote is in a
+    table it created or rebuilt (plus its one record in the migrations table), only those
+    tables and the tables referring to them are checked; otherwise, or when a table went
+    away, the whole file is. Rebuilding a table the size of a fleet's messages must not cost
+    a check of every other one."""
+    after = _tables(conn)
+    written = {t for t, root in after.items() if before.get(t) != root} - set(BOOKKEEPING_TABLES)
+    changes = conn.total_changes - changes_before
+    accounted = 1 + sum(
+        conn.execute(f"SELECT count(*) FROM {_quoted(table)}").fetchone()[0] for table in written
+    )
+    if set(before) - set(after) or changes != accounted:
+        return _dangling(conn)
+    referring = {
+        child
+        for child in after
+        for (parent,) in conn.execute('SELECT "table" FROM pragma_foreign_key_list(?)', (child,))
+        if parent in written
+    }
+    for table in sorted(written | referring):
+        found = _dangling(conn, table)
+        if found:
+            return found
+    return None
 
 
 def migrate(volume: Volume, *, make_backup: bool = True, dry_run: bool = False) -> MigrateResult:
@@ -168,8 +206,9 @@ def _apply(volume: Volume, result: MigrateResult, make_backup: bool) -> None:
                         "run migrate again",
                     )
                 admit(conn, state, volume.path, recorded_schema)
+                tables, changes = _tables(conn), conn.total_changes
                 migrations.apply(db, stop_before=result.pending[n + 1 :])
-                dangling = _dangling(conn)
+                dangling = _dangling_after(conn, tables, changes)
                 if dangling:
                     raise LegacyDataError(f"after {name}: {dangling}")
             except BaseException as exc:

@@ -14,7 +14,8 @@ the stored CREATE statements stay exactly as written here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
 from sqlite_utils import Migrations
@@ -123,7 +124,8 @@ def check_transcripts(conn) -> None:
         raise LegacyDataError(f"{where}: unknown role {row[3]!r}")
 
 
-# m002's move of the transcripts of threads `? < id < ?`, element by element, in order.
+# m002's move of the transcripts of threads `? < id < ?`, element by element, in order: the
+# path for an SQLite without `->>` (before 3.38), each field read with json_extract.
 MOVE_TRANSCRIPTS_SQL = """
 INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, created_at)
 SELECT s.id, json_extract(e.value, '$.role'),
@@ -150,6 +152,148 @@ FROM sessions s, json_each(s.transcript) e
 WHERE s.id > ? AND s.id < ?
 ORDER BY s.id, e.id"""
 
+# The same rows where SQLite has `->>` (3.38+), with one lookup per field where the old path
+# makes two or three. Three nested queries (OFFSET 0 keeps each a subquery, so nothing is
+# computed twice): the innermost renders each element's JSON once, the middle one reads each
+# field once, the outer one asks json_type only where the value alone cannot tell (an integer
+# that may be true or false, a text that may be an array's JSON). Each message takes its id
+# from its thread's first id (the parameter: a JSON array of [thread id, first id - 1]) and
+# its place in the transcript, so ids follow thread and transcript order without sorting every
+# message. A role is read only from an object, so an element that is not one fails the insert.
+# The statement above is the reference; a property test holds the two equal.
+MOVE_TRANSCRIPTS_ARROW_SQL = """
+INSERT INTO messages (id, session_id, role, content, tool_calls, tool_call_id, created_at)
+SELECT id, session_id, role,
+  CASE typeof(content)
+    WHEN 'null' THEN ''
+    WHEN 'integer' THEN CASE json_type(element, '$.content')
+      WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE content END
+    ELSE content
+  END,
+  CASE
+    WHEN tool_calls IS NULL OR tool_calls = 'null' THEN NULL
+    WHEN substr(tool_calls, 1, 1) IN ('[', '{') THEN tool_calls
+    ELSE json_quote(element ->> '$.tool_calls')
+  END,
+  tool_call_id,
+  CASE
+    WHEN typeof(ts) = 'text' AND substr(ts, 1, 1) NOT IN ('[', '{') THEN ts
+    WHEN typeof(ts) = 'real' THEN strftime('%Y-%m-%dT%H:%M:%fZ', ts, 'unixepoch')
+    ELSE CASE json_type(element, '$.ts')
+      WHEN 'text' THEN ts
+      WHEN 'integer' THEN strftime('%Y-%m-%dT%H:%M:%fZ', ts, 'unixepoch')
+      ELSE thread_created_at
+    END
+  END
+FROM (
+  SELECT id, session_id, thread_created_at, element,
+    CASE WHEN type = 'object' THEN element ->> '$.role' END AS role,
+    element ->> '$.content' AS content,
+    element -> '$.tool_calls' AS tool_calls,
+    element ->> '$.tool_call_id' AS tool_call_id,
+    element ->> '$.ts' AS ts
+  FROM (
+    SELECT (t.value ->> 1) + e.key + 1 AS id, s.id AS session_id,
+      s.created_at AS thread_created_at, e.type AS type, e.value AS element
+    FROM json_each(?) t CROSS JOIN sessions s CROSS JOIN json_each(s.transcript) e
+    WHERE s.id = t.value ->> 0
+    LIMIT -1 OFFSET 0
+  )
+  LIMIT -1 OFFSET 0
+)"""
+
+# Each thread's element count when its transcript is a JSON array (NULL when not, for
+# check_transcripts to name), and whether it holds an escaped NUL.
+TRANSCRIPT_SHAPES_SQL = """
+SELECT id,
+  CASE WHEN json_valid(transcript) AND json_type(transcript) = 'array'
+    THEN json_array_length(transcript) END,
+  instr(transcript, '\\u0000') > 0
+FROM sessions ORDER BY id"""
+
+
+def has_json_arrow(conn) -> bool:
+    """Whether the SQLite at hand has the `->>` operator (3.38+): asked of the library itself,
+    which need not be the one Python was built against."""
+    try:
+        conn.execute("SELECT '{}' ->> '$.a'")
+    except sqlite3.OperationalError:
+        return False
+    return True
+
+
+def _insert_messages(conn, rows: Iterable[tuple], with_ids: bool = False) -> None:
+    columns = "session_id, role, content, tool_calls, tool_call_id, created_at"
+    if with_ids:
+        columns = "id, " + columns
+    places = ", ".join("?" * len(columns.split(", ")))
+    conn.executemany(f"INSERT INTO messages ({columns}) VALUES ({places})", rows)
+
+
+def move_transcripts(conn, arrow: bool) -> None:
+    """Every 0.x transcript into the empty `messages` table, threads in id order and each
+    thread in transcript order. A transcript holding an escaped NUL (\\u0000), which SQLite's
+    JSON functions would cut short, goes through `transcript_rows`. A transcript that cannot
+    be carried forward raises LegacyDataError naming its row, before anything is inserted.
+
+    `arrow` first tries the statement that reads fields with `->>`. It checks nothing ahead
+    (the insert fails on an element that is not a message); whatever goes wrong, its rows are
+    rolled back and the json_extract path runs instead, to give the same error (or the same
+    rows) as ever."""
+    if arrow:
+        conn.execute("SAVEPOINT m002_arrow")
+        try:
+            _move_with_arrow(conn)
+        except Exception:
+            conn.execute("ROLLBACK TO m002_arrow")
+        else:
+            conn.execute("RELEASE m002_arrow")
+            return
+        conn.execute("RELEASE m002_arrow")
+    check_transcripts(conn)
+    # Threads in id order: runs of plain transcripts in SQL, the rare one holding an escaped
+    # NUL in Python, so that message ids still follow thread order.
+    with_nul = [
+        row
+        for row in conn.execute(
+            "SELECT id, transcript, created_at FROM sessions"
+            " WHERE instr(transcript, '\\u0000') ORDER BY id"
+        )
+    ]
+    previous = -1
+    for session_id, transcript, created_at in [*with_nul, (1 << 62, None, None)]:
+        conn.execute(MOVE_TRANSCRIPTS_SQL, (previous, session_id))
+        if transcript is not None:
+            _insert_messages(conn, transcript_rows(session_id, transcript, created_at))
+        previous = session_id
+
+
+class _NotAsExpected(Exception):
+    """The `->>` path met a transcript it leaves to the json_extract path."""
+
+
+def _move_with_arrow(conn) -> None:
+    """move_transcripts with `->>`: one pass to learn each transcript's length, then one
+    statement for every plain transcript, each message given its id."""
+    shapes = conn.execute(TRANSCRIPT_SHAPES_SQL).fetchall()
+    if any(length is None for _, length, _ in shapes):
+        raise _NotAsExpected("a transcript that is not a JSON array")
+    first, in_sql, in_python = 0, [], []
+    for session_id, length, with_nul in shapes:
+        (in_python if with_nul else in_sql).append((session_id, first, length))
+        first += length
+    conn.execute(MOVE_TRANSCRIPTS_ARROW_SQL, (json.dumps([t[:2] for t in in_sql]),))
+    for session_id, before, length in in_python:
+        transcript, created_at = conn.execute(
+            "SELECT transcript, created_at FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        rows = list(transcript_rows(session_id, transcript, created_at))
+        if len(rows) != length:
+            raise _NotAsExpected("Python and SQLite read another number of elements")
+        _insert_messages(
+            conn, [(before + n + 1, *row) for n, row in enumerate(rows)], with_ids=True
+        )
+
 
 @migrations()
 def m002_messages_from_transcripts(db) -> None:
@@ -170,7 +314,6 @@ def m002_messages_from_transcripts(db) -> None:
             f"sessions rows {duplicate[1]}: more than one active thread for key "
             f"{duplicate[0]!r}; archive all but one (UPDATE sessions SET archived = 1 ...)"
         )
-    check_transcripts(conn)
     conn.execute(
         """CREATE TABLE messages (
   id INTEGER PRIMARY KEY,
@@ -183,25 +326,7 @@ def m002_messages_from_transcripts(db) -> None:
   folded_by INTEGER REFERENCES runs (id)
 )"""
     )
-    # Threads in id order: runs of plain transcripts in SQL, the rare one holding an escaped
-    # NUL in Python, so that message ids still follow thread order.
-    with_nul = [
-        row
-        for row in conn.execute(
-            "SELECT id, transcript, created_at FROM sessions"
-            " WHERE instr(transcript, '\\u0000') ORDER BY id"
-        )
-    ]
-    previous = -1
-    for session_id, transcript, created_at in [*with_nul, (1 << 62, None, None)]:
-        conn.execute(MOVE_TRANSCRIPTS_SQL, (previous, session_id))
-        if transcript is not None:
-            conn.executemany(
-                "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                transcript_rows(session_id, transcript, created_at),
-            )
-        previous = session_id
+    move_transcripts(conn, has_json_arrow(conn))
     _rebuild(
         db,
         "sessions",

@@ -43,6 +43,7 @@ COMMANDS = {
     "migrate": "volumetool.cli.maintenance:migrate",
     "backup": "volumetool.cli.maintenance:backup",
     "check": "volumetool.cli.maintenance:check",
+    "report": "volumetool.cli.report:report",
 }
 
 
