@@ -125,16 +125,18 @@ def test_export_formats(vol, run_cli, tmp_path):
 
 def test_export_file_is_atomic_and_private(vol, run_cli, tmp_path):
     out = tmp_path / "backup.jsonl"
-    out.write_text("the previous export\n")
+    previous = '{"key": "old", "value": "the previous export"}\n'
+    out.write_text(previous)
+    out.chmod(0o644)
     assert run_cli("memories", "export", vol, "-o", out).exit_code == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert len(out.read_text().splitlines()) == 3
     # a failing export (the volume is not an agent file) leaves the old file alone
-    out.write_text("the previous export\n")
+    out.write_text(previous)
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 200)
     assert run_cli("memories", "export", bad, "-o", out).exit_code == 2
-    assert out.read_text() == "the previous export\n"
+    assert out.read_text() == previous
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
@@ -566,3 +568,19 @@ def test_check_reports_memory_timestamps_not_of_the_format(vol, run_cli, finding
     assert result.exit_code == 1
     found = json.loads(result.stdout)
     assert [(p["check"], p["table"], p["ids"]) for p in found] == [(finding, "memories", [rowid])]
+
+
+def test_export_never_replaces_a_volume_or_any_other_file(vol, run_cli, tmp_path):
+    """`-o` naming the volume itself (or another database, or a file that is not an earlier
+    export) is refused before anything is written: a mistyped argument never costs data."""
+    other = tmp_path / "notes.txt"
+    other.write_text("my notes\n")
+    for target in (vol, other, tmp_path):
+        before = target.read_bytes() if target.is_file() else None
+        result = run_cli("memories", "export", vol, "-o", target)
+        assert (result.exit_code == 2 and "refusing to replace" in result.stderr) or (
+            target == tmp_path and result.exit_code == 2
+        ), result
+        if before is not None:
+            assert target.read_bytes() == before
+    assert memories(vol)  # the volume is still a volume

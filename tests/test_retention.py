@@ -621,3 +621,11 @@ def test_the_corpus_good_summaries_are_rarely_flagged_and_lossy_ones_caught():
     assert len(false_alarms) <= 0.05 * n, false_alarms
     assert caught >= 0.9 * n
     assert named >= 0.9 * n
+
+
+def test_a_code_span_reads_the_same_in_the_fold_and_in_the_summary():
+    """Found by the property test: '0`303' copied into the summary kept nothing, because the
+    summary side opened code spans and read "0 303" as one grouped number."""
+    from volumetool.compaction.retention import measure
+
+    assert measure("0`303", [], "0`303").retention == 1.0

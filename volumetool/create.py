@@ -42,6 +42,28 @@ def refuse_side_files(path: Path) -> None:
             )
 
 
+def replaceable_mode(path: Path, kinds: tuple[bytes, ...], what: str) -> int:
+    """The mode a file written over `path` gets: a new file's (0600), or that of the file it
+    replaces — which must be empty or begin as a file of this kind does (`kinds`: its first
+    bytes). A volume, a directory or any other file named by mistake is refused (exit 2)
+    before anything is written."""
+    if not (path.exists() or path.is_symlink()):
+        return 0o600
+    if not path.is_file():
+        raise UnusableInput(f"{path}: not a regular file", f"name the {what}'s file")
+    try:
+        with path.open("rb") as existing:
+            start = existing.read(max(len(k) for k in kinds))
+    except OSError as exc:
+        raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
+    if start and not start.startswith(kinds):
+        raise UnusableInput(
+            f"{path}: exists and is not a {what}; refusing to replace it",
+            f"name a new file, or an earlier {what}",
+        )
+    return os.stat(path).st_mode & 0o777
+
+
 def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:

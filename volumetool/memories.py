@@ -143,6 +143,8 @@ def forget(conn: sqlite3.Connection, key: str) -> None:
 # -- export --------------------------------------------------------------------------------
 
 EXPORT_FORMAT = "volumetool.memories"
+# How an export file begins (JSON Lines, then the JSON document): -o replaces nothing else.
+EXPORT_STARTS = (b'{"key"', b'{"format"')
 EXPORT_VERSION = 1
 _EXPORT_ROW = (
     "SELECT json_object('key', key, 'value', value, 'created_at', created_at,"

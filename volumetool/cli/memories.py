@@ -143,7 +143,8 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     """
     from pathlib import Path
 
-    from volumetool.create import staged_file
+    from volumetool.create import replaceable_mode, staged_file
+    from volumetool.memories import EXPORT_STARTS
     from volumetool.memories import export as write_export
     from volumetool.volume import Volume
 
@@ -155,6 +156,9 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
             stdout.flush()
         else:
             target = Path(output_path)
+            # Never over a volume or anything else named by mistake: an earlier export only;
+            # and always 0600, whatever the file it replaces had (SPEC 7: personal facts).
+            replaceable_mode(target, EXPORT_STARTS, "memories export")
             with staged_file(target, mode=0o600, replace=True) as tmp, open(tmp, "wb") as out:
                 count = write_export(conn, out, fmt, name)
     click.echo(

@@ -68,9 +68,9 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
 
         settings = load_config(config_file).memory
     if output_path != "-":
-        from volumetool.report.output import replaceable_mode
+        from volumetool.report.output import page_mode
 
-        replaceable_mode(Path(output_path))  # refused before any volume is opened
+        page_mode(Path(output_path))  # refused before any volume is opened
     now = datetime.now(UTC)
     reports, failures = read_volumes(volumes, settings, window(now.date(), days), busy_timeout)
     for failure in failures:

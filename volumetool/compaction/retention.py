@@ -961,7 +961,10 @@ class _Summary:
         self.keys: set[str] = set()
         self.names: set[str] = set()
         self.hashes: list[str] = []
-        for branch, found in _scan(summary.replace("`", " ")):
+        # Read as the fold side reads text, and with code spans opened up (`v1.2.3` carries
+        # its version); where they differ, a fact either reading offers is found.
+        readings = [summary, summary.replace("`", " ")] if "`" in summary else [summary]
+        for branch, found in (match for text in readings for match in _scan(text)):
             for fact, _, offers in _parsed(branch, found):
                 self.keys.update(offers)
                 matcher = _MATCHER.get(fact.kind, "name")
