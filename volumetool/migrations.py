@@ -79,7 +79,12 @@ def transcript_rows(session_id: int, transcript: str, created_at: str) -> Iterat
         tool_calls = element.get("tool_calls")
         ts = element.get("ts")
         if isinstance(ts, int | float) and not isinstance(ts, bool):
-            moment = datetime.fromtimestamp(ts, UTC)
+            try:
+                moment = datetime.fromtimestamp(ts, UTC)
+            except (OverflowError, ValueError, OSError):  # the SQL path stores NULL: refused
+                raise LegacyDataError(
+                    f"sessions row {session_id}: a transcript element's ts {ts!r} is no time"
+                ) from None
             ts = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
         elif not isinstance(ts, str):
             ts = created_at
