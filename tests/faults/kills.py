@@ -430,6 +430,9 @@ class Demo(KillPath):
         return super().recover(directory)
 
 
+PREVIOUS_EXPORT = '{"key": "earlier", "value": "the previous export"}\n'
+
+
 class Export(KillPath):
     name = "memories export -o (50,000 memories)"
     target = "out.jsonl"
@@ -443,7 +446,7 @@ class Export(KillPath):
         )
         w.conn.execute("COMMIT")
         w.close()
-        (directory / "out.jsonl").write_text("the previous export\n")
+        (directory / "out.jsonl").write_text(PREVIOUS_EXPORT)
 
     def command(self, directory: Path) -> list[object]:
         return [*VT, "memories", "export", directory / "agent.db", "-o", directory / "out.jsonl"]
@@ -456,7 +459,7 @@ class Export(KillPath):
         return "old" if now == before else "new" if now == after else "mixed"
 
     def recover(self, directory: Path) -> subprocess.CompletedProcess:
-        (directory / "out.jsonl").write_text("the previous export\n")
+        (directory / "out.jsonl").write_text(PREVIOUS_EXPORT)
         return super().recover(directory)
 
 

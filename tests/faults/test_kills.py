@@ -41,7 +41,7 @@ def test_only_a_full_run_writes_reliability_md(tmp_path):
 
 def test_make_faults_passes_trials_through_and_keeps_the_default_in_one_place():
     command = subprocess.run(
-        ["make", "-n", "faults", "TRIALS=3", "REPORT=/tmp/x.md"],
+        ["make", "--no-print-directory", "-n", "faults", "TRIALS=3", "REPORT=/tmp/x.md"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -49,6 +49,6 @@ def test_make_faults_passes_trials_through_and_keeps_the_default_in_one_place():
     ).stdout.splitlines()[-1]
     assert command.endswith("-m tests.faults.kills --trials 3 --report /tmp/x.md")
     default = subprocess.run(
-        ["make", "-n", "faults"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "faults"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.splitlines()[-1]
     assert default.split("-m tests.faults.kills")[1].strip() == ""
