@@ -42,6 +42,9 @@ COMMANDS = {
     "migrate": "volumetool.cli.maintenance:migrate",
     "backup": "volumetool.cli.maintenance:backup",
     "check": "volumetool.cli.maintenance:check",
+    "search": "volumetool.cli.lifecycle:search",
+    "prune": "volumetool.cli.lifecycle:prune",
+    "erase": "volumetool.cli.lifecycle:erase",
 }
 
 
