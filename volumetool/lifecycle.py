@@ -137,13 +137,14 @@ def plan_prune(conn: sqlite3.Connection, before: str) -> Deletion:
 
 def prune(conn: sqlite3.Connection, before: str) -> Deletion:
     """Delete the archived threads last updated before `before`, with one audit `thread`
-    event (action `prune`). Call in one write transaction, with secure_delete on."""
+    event (action `prune`); nothing at all when there are none (a daily cron run leaves no
+    trail of empty events). Call in one write transaction, with secure_delete on."""
     _choose(conn, _ARCHIVED_BEFORE, (before,))
     done = _count(conn)
-    if done.threads:
-        _delete_threads(conn, redact_audit=False)
-    else:
+    if not done.threads:
         conn.execute(f"DROP TABLE {_DOOMED}")
+        return done
+    _delete_threads(conn, redact_audit=False)
     audit.record(
         conn,
         "thread",

@@ -20,7 +20,9 @@ def server():
         yield s
 
 
-@pytest.mark.parametrize("index", range(7), ids=[p.name.split(" (")[0] for p in all_paths(None)])
+@pytest.mark.parametrize(
+    "index", range(len(all_paths(None))), ids=[p.name.split(" (")[0] for p in all_paths(None)]
+)
 def test_a_killed_write_leaves_the_old_or_the_new_state(server, tmp_path, index):
     path = all_paths(server)[index]
     tally = run_path(path, TRIALS, seed=index + 1, work=tmp_path)
