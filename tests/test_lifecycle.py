@@ -121,6 +121,15 @@ def test_a_dry_run_predicts_the_prune_exactly_and_writes_nothing(tmp_path, run_c
     assert "pruned 11 archived thread(s)" in real.stderr
 
 
+def test_a_prune_with_nothing_to_prune_writes_nothing(tmp_path, run_cli):
+    path = old_and_new(tmp_path)
+    digest = file_digest(path)
+    result = run_cli("prune", path, "--archived-before", "2026-09-01")
+    assert result.exit_code == 0, result
+    assert "pruned 0 archived thread(s)" in result.stderr
+    assert file_digest(path) == digest
+
+
 def test_prune_vacuum_gives_the_space_back(tmp_path, run_cli):
     path = old_and_new(tmp_path, threads=40, size=60)
     size = path.stat().st_size

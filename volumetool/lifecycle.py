@@ -18,6 +18,7 @@ erase again scrubs again.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from volumetool import audit
@@ -87,9 +88,8 @@ def _count(conn: sqlite3.Connection, memories_prefix: str | None = None) -> Dele
 
 
 def _delete_threads(conn: sqlite3.Connection, redact_audit: bool) -> None:
-    """Delete the chosen threads with their messages and kept summaries (their index
-    documents first); detach their runs and audit events."""
-    index.forget_threads(conn, f"SELECT id FROM {_DOOMED}")
+    """Delete the chosen threads with their messages and kept summaries; detach their runs
+    and audit events. (Their copies in the search index go afterwards, `index.tidy`.)"""
     doomed = f"IN (SELECT id FROM {_DOOMED})"
     conn.execute(f"DELETE FROM compactions WHERE session_id {doomed}")
     conn.execute(f"DELETE FROM messages WHERE session_id {doomed}")
@@ -208,9 +208,7 @@ def erase_rows(conn: sqlite3.Connection, key: str, memories_prefix: str | None) 
     _choose(conn, _UNDER_KEY, (key,))
     _delete_threads(conn, redact_audit=True)
     where, params = _memories_where(memories_prefix)
-    index.forget_memories(conn, where, params)
     conn.execute(f"DELETE FROM memories WHERE {where}", params)
-    index.sweep_if_stale(conn)  # copies of the key's messages the agent deleted itself
     audit.record(
         conn,
         "erase",
@@ -236,8 +234,10 @@ def vacuum(volume: Volume) -> None:
 
 
 def scrub(volume: Volume) -> None:
-    """After an erase: the search index merged down (its older segments still hold the
-    erased words), then `vacuum`."""
+    """After an erase: every copy of deleted text taken out of the search index (the erased
+    threads', and any the agent deleted itself), the index merged down (its older segments
+    still hold the words), then `vacuum`."""
+    index.tidy(volume)
     with volume.write() as conn:
         index.merge_all(conn)
     vacuum(volume)
@@ -247,7 +247,7 @@ def erase(
     volume: Volume,
     key: str,
     memories_prefix: str | None,
-    confirm=lambda planned: None,
+    confirm: Callable[[Deletion], None] = lambda planned: None,
 ) -> Deletion:
     """The whole erase on a volume opened for writing (with the volume lock): plan, `confirm`
     (which raises to stop), delete in one transaction, scrub. Erasing a key again after an
@@ -285,18 +285,21 @@ def _after_commit(exc: VolumetoolError, done: str, hint: str) -> VolumetoolError
 
 def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:
     """The whole prune on a volume opened for writing (with the volume lock): delete in one
-    transaction, then with `vacuum_after` merge the index and rewrite the file (VACUUM) so
-    the space goes back to the file system."""
+    transaction, take the pruned text out of the search index in short ones, and with
+    `vacuum_after` merge the index and rewrite the file (VACUUM) so the space goes back to the
+    file system."""
     volume.conn.execute("PRAGMA secure_delete = ON")
     with volume.write() as conn:
         done = prune(conn, before)
-    if vacuum_after:
-        try:
+    try:
+        if vacuum_after:
             scrub(volume)
-        except VolumetoolError as exc:
-            raise _after_commit(
-                exc,
-                f"pruned {done.threads} thread(s), but the vacuum did not finish",
-                "run the same prune again to vacuum",
-            ) from exc
+        elif done.threads:
+            index.tidy(volume)
+    except VolumetoolError as exc:
+        raise _after_commit(
+            exc,
+            f"pruned {done.threads} thread(s), but the search index or the vacuum did not finish",
+            "run the same prune again",
+        ) from exc
     return done

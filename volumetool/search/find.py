@@ -68,6 +68,7 @@ class Hit:
     conversation_key: str | None
     role: str | None
     folded: bool  # a folded message, or a summary a later compaction replaced
+    snippet: str | None = None  # None: not made yet
 
     def row(self, snippet: str) -> dict:
         return {
@@ -85,9 +86,11 @@ class Hit:
 
 # Each kind's hits in one FTS5 table `{table}` (column `{name}`), newest first, checked against
 # the live row: the text is read from the table's own content table, which is quicker than
-# through FTS5. Columns: time, rowid, text, memory key, thread, conversation key, role, folded.
+# through FTS5. Columns: time, rowid, text, memory key, thread, conversation key, role, folded,
+# and for messages the snippet (cheap where the FTS5 cursor stands; the others are few, and
+# get theirs once chosen: computing one for every match before sorting would not be).
 _MESSAGES = """SELECT m.created_at AS at, f.rowid, c.c0, NULL, m.session_id,
-  s.conversation_key, m.role, m.folded_by IS NOT NULL
+  s.conversation_key, m.role, m.folded_by IS NOT NULL, {snippet}
 FROM {table} f JOIN {table}_content c ON c.id = f.rowid
 JOIN main.messages m ON m.id = c.id AND m.content = c.c0
 LEFT JOIN main.sessions s ON s.id = m.session_id
@@ -98,21 +101,21 @@ _SUMMARIES = """SELECT coalesce((SELECT coalesce(r.finished_at, r.started_at) FR
     AND NOT EXISTS (SELECT 1 FROM main.compactions k
       WHERE k.run_id = r.id AND k.undone_at IS NOT NULL)
     ORDER BY r.id DESC LIMIT 1), s.updated_at) AS at,
-  f.rowid, c.c0, NULL, s.id, s.conversation_key, NULL, 0
+  f.rowid, c.c0, NULL, s.id, s.conversation_key, NULL, 0, NULL
 FROM {table} f JOIN {table}_content c ON c.id = f.rowid
 JOIN main.sessions s ON s.id = c.id >> 2 AND s.summary = c.c0
 WHERE {name} MATCH ? AND f.rowid & 3 = 1 {where}
 ORDER BY at DESC, f.rowid DESC"""
 # The summaries compactions kept, but the one the thread replays now (shown as its summary).
 _KEPT_SUMMARIES = """SELECT coalesce(r.finished_at, r.started_at, '') AS at, f.rowid, c.c0,
-  NULL, k.session_id, s.conversation_key, NULL, 1
+  NULL, k.session_id, s.conversation_key, NULL, 1, NULL
 FROM {table} f JOIN {table}_content c ON c.id = f.rowid
 JOIN main.compactions k ON k.run_id = c.id >> 2 AND k.summary = c.c0
 LEFT JOIN main.runs r ON r.id = k.run_id LEFT JOIN main.sessions s ON s.id = k.session_id
 WHERE {name} MATCH ? AND f.rowid & 3 = 2 AND s.summary IS NOT k.summary
   {where}
 ORDER BY at DESC, f.rowid DESC"""
-_MEMORIES = """SELECT m.updated_at AS at, f.rowid, c.c0, c.c1, NULL, NULL, NULL, 0
+_MEMORIES = """SELECT m.updated_at AS at, f.rowid, c.c0, c.c1, NULL, NULL, NULL, 0, NULL
 FROM {table} f JOIN {table}_content c ON c.id = f.rowid
 JOIN main.memories m ON m.rowid = c.id >> 2 AND m.value = c.c0 AND m.key = c.c1
 WHERE {name} MATCH ? AND f.rowid & 3 = 3 {where}
@@ -160,10 +163,14 @@ def _hits(
         where = where.add(f"{stream.role_column} = ?", request.role)
     name = table.rpartition(".")[2]
     sql = stream.sql.format(
-        table=table, name=name, where="".join(f" AND {c}" for c in where.clauses)
+        table=table,
+        name=name,
+        snippet=f"snippet({name}, -1, ?, ?, '…', ?)",
+        where="".join(f" AND {c}" for c in where.clauses),
     )
-    for at, rowid, text, key, session, conversation, role, folded in conn.execute(
-        sql, (query.expression, *where.params)
+    marks = (MARK_START, MARK_END, SNIPPET_TOKENS) if "{snippet}" in stream.sql else ()
+    for at, rowid, text, key, session, conversation, role, folded, snippet in conn.execute(
+        sql, (*marks, query.expression, *where.params)
     ):
         if not holds_literally(query, text, key):
             continue
@@ -178,10 +185,13 @@ def _hits(
             conversation,
             role,
             bool(folded),
+            snippet,
         )
 
 
 def _snippet(conn: sqlite3.Connection, hit: Hit, query: Query) -> str:
+    if hit.snippet is not None:
+        return hit.snippet
     name = hit.table.rpartition(".")[2]
     row = conn.execute(
         f"SELECT snippet({name}, -1, ?, ?, '…', ?) FROM {hit.table}"
@@ -234,7 +244,7 @@ def _refresh(path: Path, busy_timeout: float, found: index.Pending, say: Callabl
         say(f"indexing {found.count:,} texts for search (later searches add only what is new)")
     try:
         with open_for_write(path, busy_timeout=busy_timeout, lock=False) as volume:
-            index.refresh(volume)
+            index.refresh(volume, found)
     except Damaged:
         raise
     except (SchemaMismatch, Busy, UnusableInput, ProblemsFound) as exc:

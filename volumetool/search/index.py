@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from volumetool.format import (
@@ -142,23 +142,23 @@ def _changed_messages(conn: sqlite3.Connection, top: int) -> list[int]:
         below = rows[-1][0] - 1
 
 
-def _pending_texts_sql(source: TextSource, indexed: bool) -> str:
+def _texts_lacking(
+    conn: sqlite3.Connection, source: TextSource, indexed: bool
+) -> tuple[int, list[int]]:
+    """How many documents `source` has, and those the index lacks or holds other text for:
+    one pass over the source (a memory at a time is compared with its indexed copy)."""
     doc = f"t.{source.id} * 4 + {source.slot}"
-    where = f"{source.where} AND t.{source.id} BETWEEN {-ID_LIMIT} AND {ID_LIMIT}"
-    if not indexed:
-        return f"SELECT {doc} FROM {source.table} t WHERE {where}"
-    return (
-        f"SELECT {doc} FROM {source.table} t LEFT JOIN {TEXTS}_content c ON c.id = {doc}"
-        f" WHERE {where} AND (c.c0 IS NOT t.{source.text} OR c.c1 IS NOT {source.key})"
-    )
-
-
-def _source_count(conn: sqlite3.Connection, source: TextSource) -> int:
-    return _scalar(
-        conn,
-        f"SELECT count(*) FROM {source.table} t WHERE {source.where}"
-        f" AND t.{source.id} BETWEEN {-ID_LIMIT} AND {ID_LIMIT}",
-    )
+    lacking, join = doc, ""
+    if indexed:
+        lacking = (
+            f"CASE WHEN c.c0 IS NOT t.{source.text} OR c.c1 IS NOT {source.key} THEN {doc} END"
+        )
+        join = f"LEFT JOIN {TEXTS}_content c ON c.id = {doc}"
+    count, docs = conn.execute(
+        f"SELECT count(*), group_concat({lacking}) FROM {source.table} t {join}"
+        f" WHERE {source.where} AND t.{source.id} BETWEEN {-ID_LIMIT} AND {ID_LIMIT}"
+    ).fetchone()
+    return count, [int(d) for d in docs.split(",")] if docs else []
 
 
 def _stale_texts_sql() -> str:
@@ -174,15 +174,12 @@ def _stale_texts_sql() -> str:
 def pending(conn: sqlite3.Connection) -> Pending:
     """What the index lacks, and whether it holds text the volume no longer has."""
     indexed = index_state(conn) == "present"
-    texts = tuple(
-        doc
-        for source in TEXT_SOURCES
-        for (doc,) in conn.execute(_pending_texts_sql(source, indexed))
-    )
+    counted_texts = [_texts_lacking(conn, source, indexed) for source in TEXT_SOURCES]
+    texts = tuple(doc for _, docs in counted_texts for doc in docs)
     total = _scalar(conn, "SELECT count(*) FROM messages")
     if not indexed:
         return Pending(False, None, total, (), texts)
-    rightly_indexed = sum(_source_count(conn, s) for s in TEXT_SOURCES) - len(texts)
+    rightly_indexed = sum(count for count, _ in counted_texts) - len(texts)
     gone_texts = _scalar(conn, f"SELECT count(*) FROM {TEXTS}_content") != rightly_indexed
     top = _scalar(conn, f"SELECT max(id) FROM {MESSAGES}_content")
     if top is None:
@@ -258,44 +255,70 @@ def _count_messages(conn: sqlite3.Connection, change: int | None = None) -> None
         )
 
 
-def sweep(conn: sqlite3.Connection, found: Pending) -> None:
-    """Take out of the index every text the volume no longer has (deleted or replaced
-    messages, summaries and memories), and index again the messages below the top that it
-    then lacks. Call in a write transaction, with `found` from the same one."""
+# Index rows whose message is gone, or holds other text now (its id was reused).
+_STALE_MESSAGES = (
+    f"SELECT c.id FROM {MESSAGES}_content c LEFT JOIN messages m ON m.id = c.id"
+    " WHERE m.content IS NOT c.c0"
+)
+
+
+def _batches(ids: list[int]) -> Iterator[list[int]]:
+    for start in range(0, len(ids), BATCH):
+        yield ids[start : start + BATCH]
+
+
+def tidy(volume: Volume) -> None:
+    """Take out of the index every copy of text the volume no longer has: deleted or replaced
+    messages, summaries and memories. They are found in a read snapshot (a deleted message is
+    known only by its absence: tenths of a second for a million), then deleted BATCH at a time,
+    each checked again under the write lock; with secure_delete where they stood."""
+    with volume.snapshot() as conn:
+        if index_state(conn) != "present":
+            return
+        stale = [row for (row,) in conn.execute(_STALE_MESSAGES)]
+        texts = conn.execute(f"SELECT EXISTS ({_stale_texts_sql()})").fetchone()[0]
+    for batch in _batches(stale):
+        with volume.write() as conn:
+            if not _maintained(conn):
+                return
+            removed = conn.execute(
+                f"DELETE FROM {MESSAGES} WHERE rowid IN ({_STALE_MESSAGES}"
+                " AND c.id IN (SELECT value FROM json_each(?)))",
+                (_ids(batch),),
+            ).rowcount
+            _count_messages(conn, -removed)
+    if texts:
+        with volume.write() as conn:
+            if _maintained(conn):
+                conn.execute(f"DELETE FROM {TEXTS} WHERE rowid IN ({_stale_texts_sql()})")
+
+
+def sync_step(conn: sqlite3.Connection) -> bool:
+    """One refresh transaction, after `tidy`: create the index if need be, index again the
+    messages whose ids were reused, and add up to BATCH of the summaries and memories it
+    lacks. What the agent deleted since `tidy` ran (rare) is swept here, BATCH at a time.
+    Returns whether nothing is left but new messages."""
+    for statement in create_statements():
+        conn.execute(statement)
+    found = pending(conn)
     changed = _ids(found.changed)
     removed = conn.execute(
         f"DELETE FROM {MESSAGES} WHERE rowid IN (SELECT value FROM json_each(?))", (changed,)
     ).rowcount
+    _count_messages(conn, add_messages(conn, MESSAGES, None, 0, found.changed) - removed)
     if found.gone_messages and found.top is not None:
-        # Every indexed message compared with the volume: a deleted message is known only by
-        # its absence. Tenths of a second on a million messages, and only after deletions.
-        conn.execute(
-            f"DELETE FROM {MESSAGES} WHERE rowid IN (SELECT c.id FROM {MESSAGES}_content c"
-            " LEFT JOIN messages m ON m.id = c.id WHERE m.content IS NOT c.c0)"
-        )
+        conn.execute(f"DELETE FROM {MESSAGES} WHERE rowid IN ({_STALE_MESSAGES} LIMIT {BATCH})")
         conn.execute(
             f"INSERT INTO {MESSAGES} (rowid, text) SELECT m.id, m.content FROM messages m"
             f" WHERE m.id <= ? AND NOT EXISTS (SELECT 1 FROM {MESSAGES}_content c"
-            " WHERE c.id = m.id)",
+            f" WHERE c.id = m.id) LIMIT {BATCH}",
             (found.top,),
         )
         _count_messages(conn)
-    else:
-        _count_messages(conn, add_messages(conn, MESSAGES, None, 0, found.changed) - removed)
     if found.gone_texts:
         conn.execute(f"DELETE FROM {TEXTS} WHERE rowid IN ({_stale_texts_sql()})")
-
-
-def sync_step(conn: sqlite3.Connection) -> Pending:
-    """One refresh transaction: create the index if need be, take out what is stale, and add
-    up to BATCH of the texts it lacks. Returns what it found lacking before it."""
-    for statement in create_statements():
-        conn.execute(statement)
-    found = pending(conn)
-    if found.stale:
-        sweep(conn, found)
     add_texts(conn, TEXTS, found.texts[:BATCH])
-    return found
+    return len(found.texts) <= BATCH and not found.gone_messages
 
 
 def append_step(conn: sqlite3.Connection) -> int:
@@ -306,20 +329,20 @@ def append_step(conn: sqlite3.Connection) -> int:
     return added
 
 
-def refresh(volume: Volume) -> None:
+def refresh(volume: Volume, found: Pending) -> None:
     """Bring the index up to date in short write transactions (BATCH documents each), so
-    that the agent never waits long for its own writes."""
+    that the agent never waits long for its own writes. `found`: what a snapshot found."""
     volume.conn.execute("PRAGMA secure_delete = ON")  # a text taken out leaves no copy
+    if found.stale:
+        tidy(volume)
     while True:
         with volume.write() as conn:
-            found = sync_step(conn)
-        if len(found.texts) <= BATCH:
-            break
+            if sync_step(conn):
+                break
     while True:
         with volume.write() as conn:
-            added = append_step(conn)
-        if added < BATCH:
-            break
+            if append_step(conn) < BATCH:
+                break
 
 
 DELTA = {MESSAGES: "search_delta_messages", TEXTS: "search_delta_texts"}
@@ -353,42 +376,6 @@ def _maintained(conn: sqlite3.Connection) -> bool:
     if state == "partial":
         drop(conn)
     return state == "present"
-
-
-def forget_threads(conn: sqlite3.Connection, threads_sql: str) -> None:
-    """Take out of the index the messages, summaries and kept summaries of the threads
-    `threads_sql` selects. Call in the write transaction that deletes them, before."""
-    if not _maintained(conn):
-        return
-    removed = conn.execute(
-        f"DELETE FROM {MESSAGES} WHERE rowid IN"
-        f" (SELECT id FROM messages WHERE session_id IN ({threads_sql}))"
-    ).rowcount
-    _count_messages(conn, -removed)
-    conn.execute(
-        f"DELETE FROM {TEXTS} WHERE rowid IN"
-        f" (SELECT id * 4 + {SLOT_SUMMARY} FROM sessions WHERE id IN ({threads_sql})"
-        f" UNION ALL SELECT run_id * 4 + {SLOT_HISTORY} FROM compactions"
-        f" WHERE session_id IN ({threads_sql}))"
-    )
-
-
-def forget_memories(conn: sqlite3.Connection, where: str, params: tuple) -> None:
-    """Take out of the index the memories `where` selects; call before deleting them."""
-    if _maintained(conn):
-        conn.execute(
-            f"DELETE FROM {TEXTS} WHERE rowid IN"
-            f" (SELECT rowid * 4 + {SLOT_MEMORY} FROM memories WHERE {where})",
-            params,
-        )
-
-
-def sweep_if_stale(conn: sqlite3.Connection) -> None:
-    """`sweep`, when the index holds text the volume no longer has."""
-    if _maintained(conn):
-        found = pending(conn)
-        if found.stale:
-            sweep(conn, found)
 
 
 def merge_all(conn: sqlite3.Connection) -> None:
