@@ -5,19 +5,22 @@ Both delete whole threads — the sessions row, its messages, its summary and th
 compactions kept — in one write transaction with their audit event, so a volume holds the old
 rows or the new ones, never a mix. Runs stay, detached from the thread (session_id NULL), so
 that the tokens the volume spent keep adding up; audit events stay too, detached. Deletion
-runs with `secure_delete`, so the rows' bytes are overwritten where they stood.
+runs with `secure_delete`, so the rows' bytes are overwritten where they stood. Their copies
+in the search index go afterwards, in short transactions of their own (`index.tidy`): a
+search never shows a copy whose row is gone, and the agent never waits long.
 
 `erase` then scrubs the file, since older copies of the text can sit where SQLite never
 overwrites them: in free pages and in the unused space of pages (every compaction rewrites the
 rows it folds, every /reset frees pages), in the search index's older segments, and in the WAL.
 So the index is merged down to one segment, the file is rewritten (VACUUM) and the WAL
-truncated. A scrub that cannot finish (a reader holds the WAL) is an error: running the same
-erase again scrubs again.
+truncated. A scrub that cannot finish (killed, or a reader holds the WAL) is finished by
+running the same erase again.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -225,12 +228,29 @@ def vacuum(volume: Volume) -> None:
         volume.conn.execute("VACUUM")
         if volume.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             return
-        blocked, _, _ = volume.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    if blocked:
+        emptied = truncate_wal(volume.conn, volume.busy_timeout)
+    if not emptied:
         raise Busy(
-            f"{volume.path}: a reader kept the WAL from being emptied",
-            "it is emptied at the next checkpoint once readers are done",
+            f"{volume.path}: readers or writers kept the WAL from being emptied",
+            "it is emptied at a later checkpoint",
         )
+
+
+def truncate_wal(conn: sqlite3.Connection, busy_timeout: float) -> bool:
+    """Checkpoint the WAL into the file and truncate it to nothing. The copying goes first
+    without blocking anyone (PASSIVE: VACUUM put the whole file in the WAL); the truncation
+    then needs a moment when no writer is at work, which an agent writing every few
+    milliseconds leaves only now and then: it is tried again, over the busy timeout. Returns
+    whether the WAL was emptied."""
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    deadline = time.monotonic() + max(busy_timeout, 1.0)
+    pause = 0.01
+    while conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+    return True
 
 
 def scrub(volume: Volume) -> None:
