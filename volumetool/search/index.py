@@ -24,8 +24,10 @@ the write lock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -45,6 +47,10 @@ ID_LIMIT = 1 << 60
 BATCH = 10_000  # documents a refresh transaction writes: tens of ms of the agent's time
 REFRESH_AT = 1_000  # a search that lacks fewer reads them directly and writes nothing
 WALK = 64  # messages compared at a time when looking for reused ids below the top
+# A pause after each of a run of write transactions: an agent waiting for the write lock looks
+# again at least every 100 ms (SQLite's busy handler), and without it would find the next of
+# ours already begun, again and again (measured: 3 s waits while the index was built).
+GIVE_WAY = 0.1
 
 
 @dataclass(frozen=True)
@@ -255,6 +261,14 @@ def _count_messages(conn: sqlite3.Connection, change: int | None = None) -> None
         )
 
 
+@contextlib.contextmanager
+def _turn(volume: Volume) -> Iterator[sqlite3.Connection]:
+    """One of a run of write transactions, then GIVE_WAY."""
+    with volume.write() as conn:
+        yield conn
+    time.sleep(GIVE_WAY)
+
+
 # Index rows whose message is gone, or holds other text now (its id was reused).
 _STALE_MESSAGES = (
     f"SELECT c.id FROM {MESSAGES}_content c LEFT JOIN messages m ON m.id = c.id"
@@ -278,7 +292,7 @@ def tidy(volume: Volume) -> None:
         stale = [row for (row,) in conn.execute(_STALE_MESSAGES)]
         texts = conn.execute(f"SELECT EXISTS ({_stale_texts_sql()})").fetchone()[0]
     for batch in _batches(stale):
-        with volume.write() as conn:
+        with _turn(volume) as conn:
             if not _maintained(conn):
                 return
             removed = conn.execute(
@@ -288,7 +302,7 @@ def tidy(volume: Volume) -> None:
             ).rowcount
             _count_messages(conn, -removed)
     if texts:
-        with volume.write() as conn:
+        with _turn(volume) as conn:
             if _maintained(conn):
                 conn.execute(f"DELETE FROM {TEXTS} WHERE rowid IN ({_stale_texts_sql()})")
 
@@ -336,11 +350,11 @@ def refresh(volume: Volume, found: Pending) -> None:
     if found.stale:
         tidy(volume)
     while True:
-        with volume.write() as conn:
+        with _turn(volume) as conn:
             if sync_step(conn):
                 break
     while True:
-        with volume.write() as conn:
+        with _turn(volume) as conn:
             if append_step(conn) < BATCH:
                 break
 
