@@ -818,10 +818,10 @@ def lifecycle_rows(scale: Scale, large: Path) -> list[Row]:
             )
         )
     erasable = cached(f"demo-{scale.sessions}-erasable.db", lambda p: _one_key(indexed, tenth, p))
-    ours = measure(
-        [VT, "erase", work, "--key", "bench:erase", "--yes"], runs, setup=_copy(erasable, work)
-    )
+    command = [VT, "erase", work, "--key", "bench:erase", "--yes"]
+    ours = measure(command, runs, setup=_copy(erasable, work))
     base = measure(_sqlite3_script(work, _deleting(tenth, True)), runs, setup=_copy(erasable, work))
+    wait = _agent_wait(command, _copy(erasable, work), work)
     rows.append(
         report(
             Row(

@@ -516,7 +516,7 @@ def lifecycle_state(path: Path) -> object:
 
 
 class SearchIndex(KillPath):
-    """The first search builds the index in transactions of 10,000 documents: any state in
+    """The first search builds the index in transactions of 20,000 documents: any state in
     between is allowed, as long as a search reads it right."""
 
     name = "search (builds the index: 60,000 messages)"

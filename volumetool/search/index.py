@@ -44,7 +44,7 @@ MESSAGES, TEXTS = SEARCH_TABLES
 SLOT_SUMMARY, SLOT_HISTORY, SLOT_MEMORY = 1, 2, 3  # text document id = source id * 4 + slot
 # Source ids beyond this would overflow `id * 4`; no agent file comes near (they are not found).
 ID_LIMIT = 1 << 60
-BATCH = 10_000  # documents a refresh transaction writes: tens of ms of the agent's time
+BATCH = 20_000  # documents a refresh transaction writes: a few tenths of a second
 REFRESH_AT = 1_000  # a search that lacks fewer reads them directly and writes nothing
 WALK = 64  # messages compared at a time when looking for reused ids below the top
 # A pause after each of a run of write transactions: an agent waiting for the write lock looks
