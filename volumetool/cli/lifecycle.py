@@ -74,8 +74,8 @@ def search(
     must occur together. With --fts, QUERY is an FTS5 expression (refund OR chargeback,
     NEAR(invoice overdue), deploy*).
 
-    The first search of a volume builds a search index in the file (seconds for a million
-    messages); later ones add what is new and take out what was deleted. Results are those
+    The first search of a volume builds a search index in the file (about 15 s for a
+    million messages, once); later ones add what is new and take out what was deleted. Results are those
     of one moment of the volume, whatever the agent writes meanwhile.
 
     \b
