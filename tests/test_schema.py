@@ -12,7 +12,7 @@ import pytest
 import sqlite_utils
 
 from volumetool.create import create_volume
-from volumetool.format import CURRENT_SCHEMA, MIGRATIONS, compare
+from volumetool.format import CURRENT_SCHEMA, MIGRATIONS, SEARCH_FTS5, compare
 from volumetool.migrations import migrations
 from volumetool.volume import read_schema
 
@@ -269,17 +269,18 @@ def test_sqlite_and_sqlite_utils_bookkeeping_is_not_an_unknown_object(tmp_path):
     assert [(d.type, d.name) for d in found] == [("table", "counter")]
 
 
-def test_volumetool_objects_are_one_line_each_and_never_cover_code(tmp_path, monkeypatch):
-    import volumetool.format
-
+def test_volumetool_objects_are_accepted_only_as_defined_and_never_cover_code(tmp_path):
     conn = current_file(tmp_path)
     conn.executescript(
-        "CREATE VIRTUAL TABLE messages_fts USING fts5(content);"
-        "CREATE TRIGGER messages_fts_sync AFTER INSERT ON messages BEGIN SELECT 1; END"
+        f"CREATE VIRTUAL TABLE search_messages USING {SEARCH_FTS5};"
+        "CREATE TRIGGER search_messages_sync AFTER INSERT ON messages BEGIN SELECT 1; END;"
+        "CREATE VIRTUAL TABLE search_texts USING fts5(text, key);"
+        "CREATE TABLE search_notes (x)"
     )
-    shadows = {"messages_fts", "messages_fts_data", "messages_fts_idx", "messages_fts_config"}
-    before = {d.name for d in compare(read_schema(conn), CURRENT_SCHEMA)}
-    assert shadows <= before
-    monkeypatch.setattr(volumetool.format, "VOLUMETOOL_OBJECTS", (("table", "messages_fts*"),))
-    found = compare(read_schema(conn), CURRENT_SCHEMA)
-    assert [(d.type, d.name) for d in found] == [("trigger", "messages_fts_sync")]
+    found = [(d.kind, d.type, d.name) for d in compare(read_schema(conn), CURRENT_SCHEMA)]
+    assert found == [
+        ("unknown", "table", "search_notes"),
+        ("unknown", "table", "search_texts_docsize"),  # columnsize = 0 has none
+        ("unknown", "trigger", "search_messages_sync"),
+        ("altered", "table", "search_texts"),  # other arguments
+    ]

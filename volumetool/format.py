@@ -15,7 +15,6 @@ to what they produce.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ class Table:
     columns: tuple[Column, ...]
     foreign_keys: tuple[ForeignKey, ...] = ()  # sorted
     virtual: bool = False  # its columns are not read: that would call the module's code
+    module: str | None = None  # a virtual table's `module(arguments)`, normalized
 
 
 @dataclass(frozen=True)
@@ -183,30 +183,19 @@ CURRENT_SCHEMA: Schema = {
     ("index", "compactions_by_session"): _index("compactions", "session_id", "run_id"),
 }
 
-# Objects volumetool itself adds beside the migrations' schema, as (type, name glob). They are
-# recognized by name only, so list tables here (a search index: its FTS5 table and shadow
-# tables, one line such as ("table", "messages_fts*")), never triggers or views, whose code
-# would then run unchecked.
-VOLUMETOOL_OBJECTS: tuple[tuple[str, str], ...] = ()
-
 # Tables that are not agent data: sqlite-utils' record of applied migrations.
 BOOKKEEPING_TABLES = ("_sqlite_migrations",)
 
 
 def is_ignored(kind: str, name: str, table: str, has_sql: bool) -> bool:
     """Objects the gate does not compare: SQLite's own (sqlite_sequence, sqlite_stat1, the
-    indexes behind PRIMARY KEY and UNIQUE), sqlite-utils' migrations table and its index, and
-    volumetool's own objects. A trigger or view is never ignored, whatever its name."""
+    indexes behind PRIMARY KEY and UNIQUE) and sqlite-utils' migrations table and its index.
+    A trigger or view is never ignored, whatever its name."""
     if kind not in ("table", "index"):
         return False
-    lowered = name.lower()
-    if lowered.startswith("sqlite_") and (kind == "table" or not has_sql):
+    if name.lower().startswith("sqlite_") and (kind == "table" or not has_sql):
         return True
-    if table.lower() in BOOKKEEPING_TABLES:
-        return True
-    return any(
-        kind == k and fnmatch.fnmatchcase(lowered, pattern) for k, pattern in VOLUMETOOL_OBJECTS
-    )
+    return table.lower() in BOOKKEEPING_TABLES
 
 
 # SQL tokens: string literals, quoted identifiers, words, numbers, operators.
@@ -235,6 +224,12 @@ def normalize_sql(sql: str | None) -> str | None:
     return None if sql is None else " ".join(sql_tokens(sql))
 
 
+def virtual_module(create_sql: str | None) -> str | None:
+    """The normalized `module(arguments)` of a CREATE VIRTUAL TABLE statement."""
+    tokens = sql_tokens(create_sql or "")
+    return " ".join(tokens[tokens.index("using") + 1 :]) if "using" in tokens else None
+
+
 def index_definition(create_sql: str | None) -> tuple[bool, str | None]:
     """Whether a CREATE INDEX statement makes a unique index, and its normalized WHERE
     condition (None for a full index). An index SQLite made itself has no statement."""
@@ -247,6 +242,41 @@ def index_definition(create_sql: str | None) -> tuple[bool, str | None]:
         if depth == 0 and token == "where":
             return tokens[1] == "unique", " ".join(tokens[n + 1 :])
     return tokens[1] == "unique", None
+
+
+# Objects volumetool itself adds beside the migrations' schema: the search index
+# (volumetool/search/index.py), two FTS5 tables with their shadow tables and a table of counts.
+# Each is accepted only as defined here (a virtual table by its module and arguments, the others
+# by their columns) and none needs to be there; a trigger or a view is never one of them, since
+# its code would run with every write.
+SEARCH_TOKENIZER = "unicode61 remove_diacritics 0"
+SEARCH_FTS5 = f"fts5(text, key, tokenize = '{SEARCH_TOKENIZER}', columnsize = 0)"
+SEARCH_TABLES = ("search_messages", "search_texts")
+SEARCH_STATE = "search_state"
+
+
+def _untyped(name: str, pk: int = 0) -> Column:
+    return Column(name, "", notnull=pk > 0, pk=pk)  # a WITHOUT ROWID key is NOT NULL
+
+
+def _fts5_objects(name: str) -> dict[tuple[str, str], Definition]:
+    """An FTS5 table as SQLite lays it out: the virtual table and its shadow tables (no
+    `_docsize`, with columnsize = 0)."""
+    return {
+        ("table", name): Table((), virtual=True, module=normalize_sql(SEARCH_FTS5)),
+        ("table", f"{name}_data"): Table((_ID, Column("block", "BLOB"))),
+        ("table", f"{name}_idx"): Table(
+            (_untyped("segid", 1), _untyped("term", 2), _untyped("pgno"))
+        ),
+        ("table", f"{name}_content"): Table((_ID, _untyped("c0"), _untyped("c1"))),
+        ("table", f"{name}_config"): Table((_untyped("k", 1), _untyped("v"))),
+    }
+
+
+VOLUMETOOL_OBJECTS: Schema = {
+    **{key: d for name in SEARCH_TABLES for key, d in _fts5_objects(name).items()},
+    ("table", SEARCH_STATE): Table((Column("name", "TEXT", pk=1), _integer("value", True))),
+}
 
 
 @dataclass(frozen=True)
@@ -273,6 +303,9 @@ def _table_changes(found: Table, expected: Table) -> Iterator[str]:
     if found.virtual != expected.virtual:
         yield "a virtual table" if found.virtual else "not a virtual table"
         return
+    if found.module != expected.module:
+        yield "another module or other arguments"
+        return
     have = {c.name: c for c in found.columns}
     want = {c.name: c for c in expected.columns}
     yield from (f"column {name} is not in the format" for name in have if name not in want)
@@ -294,17 +327,26 @@ def _changes(found: Definition, expected: Definition) -> str:
     return "defined differently"
 
 
-def compare(found: Schema, expected: Schema) -> list[Difference]:
+def _lowered(schema: Schema) -> dict[tuple[str, str], tuple[str, Definition]]:
+    return {(kind, name.lower()): (name, d) for (kind, name), d in schema.items()}
+
+
+def compare(
+    found: Schema, expected: Schema, optional: Schema = VOLUMETOOL_OBJECTS
+) -> list[Difference]:
     """Every object of `found` the format does not define, every object it defines that
-    `found` lacks, and every one defined differently; unknown objects first. Names match
+    `found` lacks, and every one defined differently; unknown objects first. `optional`
+    objects (volumetool's own) may be absent, and are compared when present. Names match
     whatever their letter case, as in SQLite; differences name objects as `found` spells
     them."""
-    have = {(kind, name.lower()): (name, d) for (kind, name), d in found.items()}
-    want = {(kind, name.lower()): (name, d) for (kind, name), d in expected.items()}
+    have = _lowered(found)
+    want = _lowered(expected)
+    extra = {k: v for k, v in _lowered(optional).items() if k in have and k not in want}
+    want |= extra
     differences = []
     for key in sorted(have.keys() - want.keys()):
         differences.append(_difference("unknown", key[0], *have[key]))
-    for key in sorted(want.keys() - have.keys()):
+    for key in sorted(want.keys() - have.keys() - extra.keys()):
         differences.append(_difference("missing", key[0], *want[key]))
     for key in sorted(have.keys() & want.keys()):
         (name, definition), (_, wanted) = have[key], want[key]

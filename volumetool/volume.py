@@ -44,6 +44,7 @@ from volumetool.format import (
     index_definition,
     is_ignored,
     normalize_sql,
+    virtual_module,
 )
 
 DB_NAME = "agent.db"
@@ -246,10 +247,12 @@ def read_schema(conn: sqlite3.Connection) -> dict[tuple[str, str], Definition]:
     for kind, name, table, sql in objects:
         lowered = name.lower()
         if kind == "table":
+            virtual = lowered not in columns
             schema[kind, name] = Table(
                 tuple(columns.get(lowered, ())),
                 tuple(sorted(foreign_keys.get(lowered, ()), key=lambda k: (k.column, k.table))),
-                virtual=lowered not in columns,
+                virtual=virtual,
+                module=virtual_module(sql) if virtual else None,
             )
         elif kind == "index":
             schema[kind, name] = Index(

@@ -133,5 +133,14 @@ def verify(path: str, report: dict) -> list[str]:
     return problems
 
 
+def assert_all_ran_beside_it(path: str, commands: list, results: list, report: dict) -> None:
+    """Every command succeeded, the agent wrote all along, never met a lock, lost nothing."""
+    for command, result in zip(commands, results, strict=True):
+        assert result.returncode == 0, (command[0], result.stderr)
+    assert len(report["committed"]) > 50
+    assert report["locked"] == 0
+    assert verify(path, report) == []
+
+
 if __name__ == "__main__":
     main()

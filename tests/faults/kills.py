@@ -463,6 +463,190 @@ class Export(KillPath):
         return super().recover(directory)
 
 
+def bulk_threads(
+    w: VolumeWriter,
+    keys: list[str],
+    messages: int,
+    status: str = "archived",
+    text: str = "message",
+    summary: str | None = None,
+) -> None:
+    """Threads under `keys` with `messages` messages each (every 7th mentions kiwi), a run, an
+    audit event, and with `summary` a compaction that folded the first half and kept it."""
+    w.conn.execute("BEGIN")
+    for key in keys:
+        s = w.thread(key, status=status, summary=summary)
+        run = w.run(s, trigger="compaction") if summary else None
+        w.conn.executemany(
+            "INSERT INTO messages (session_id, role, content, created_at, folded_by)"
+            " VALUES (?, ?, ?, ?, ?)",
+            [
+                (
+                    s,
+                    "user" if n % 2 == 0 else "assistant",
+                    f"{text} {n} of {key}" + (" about kiwi" if n % 7 == 0 else "") + " " * 100,
+                    "2026-10-01T00:00:00.000Z",
+                    run if n < messages // 2 else None,
+                )
+                for n in range(messages)
+            ],
+        )
+        if run:
+            w.insert("compactions", run_id=run, session_id=s, summary=f"kept: {summary}")
+        w.run(s)
+        w.audit("permission", {"tool": "read_file"}, session=s)
+    w.conn.execute("COMMIT")
+
+
+def build_index(path: Path) -> None:
+    done = volumetool("search", path, "anything")
+    if done.returncode != 0:
+        raise RuntimeError(f"search failed: {done.stderr}")
+
+
+LIFECYCLE_TABLES = {
+    "sessions": "id, conversation_key, status, summary",
+    "messages": "*",
+    "compactions": "run_id, session_id, summary",
+    "runs": "*",
+    "audit": "event, detail, session_id, actor",  # not the id: the agent's events interleave
+    "memories": "key, value",  # not the rowid: VACUUM may renumber it
+}
+
+
+def lifecycle_state(path: Path) -> object:
+    return {table: sorted(found, key=repr) for table, found in dump(path, LIFECYCLE_TABLES).items()}
+
+
+class SearchIndex(KillPath):
+    """The first search builds the index in transactions of 20,000 documents: any state in
+    between is allowed, as long as a search reads it right."""
+
+    name = "search (builds the index: 60,000 messages)"
+    agent_keys = ("agent:1", "agent:2")
+
+    def build(self, directory: Path) -> None:
+        w = VolumeWriter(directory / "agent.db")
+        for key in self.agent_keys:
+            w.thread(key)
+        bulk_threads(w, [f"f:{n}" for n in range(300)], 200, summary="kiwi summary")
+        for n in range(3_000):
+            w.memory(f"m.{n}", f"memory {n} kiwi" if n % 5 == 0 else f"memory {n}")
+        w.close()
+
+    def command(self, directory: Path) -> list[object]:
+        return [*VT, "search", directory / "agent.db", "kiwi", "-n", "1"]
+
+    def state(self, directory: Path) -> object:
+        return lifecycle_state(directory / "agent.db")
+
+    def classify(self, directory: Path, before: object, after: object) -> str:
+        path = directory / "agent.db"
+        if not integrity_ok(path) or volumetool("check", path).returncode != 0:
+            return "corrupt"
+        if self.state(directory) != before:
+            return "mixed"  # a search changed the agent's data
+        found = volumetool("search", path, "kiwi", "--read-only", "--json", "-n", "0")
+        expected = rows(
+            path,
+            "SELECT 'message', id FROM messages WHERE content LIKE '% kiwi %'"
+            " UNION ALL SELECT 'summary', session_id FROM compactions"
+            " UNION ALL SELECT 'summary', id FROM sessions WHERE summary LIKE '%kiwi%'"
+            " UNION ALL SELECT 'memory', key FROM memories WHERE value LIKE '% kiwi'",
+        )
+        got = [
+            (r["kind"], r["message_id"] or r["key"] or r["session_id"])
+            for r in json.loads(found.stdout or "[]")
+        ]
+        if found.returncode != 0 or sorted(got) != sorted(expected):
+            return "mixed"
+        indexed = rows(path, "SELECT count(*) FROM sqlite_master WHERE name = 'search_state'")
+        if indexed == [(0,)]:
+            return "old"
+        lacking = rows(
+            path,
+            "SELECT count(*) FROM messages WHERE id NOT IN (SELECT id FROM"
+            " search_messages_content) AND content NOT LIKE 'agent-live-%'",
+        )
+        return "new" if lacking == [(0,)] else "between"
+
+
+class Prune(KillPath):
+    name = "prune --vacuum (400 archived threads of 100 messages, index built)"
+    agent_keys = ("agent:1", "agent:2")
+
+    def build(self, directory: Path) -> None:
+        w = VolumeWriter(directory / "agent.db")
+        for key in self.agent_keys:
+            w.thread(key)
+        bulk_threads(w, [f"old:{n}" for n in range(400)], 100, summary="old summary")
+        w.clock = w.clock.replace(month=11, day=20)
+        bulk_threads(w, [f"kept:{n}" for n in range(50)], 100)
+        w.conn.execute(
+            "UPDATE sessions SET updated_at = '2026-10-01T00:00:00.000Z'"
+            " WHERE conversation_key LIKE 'old:%'"
+        )
+        w.close()
+        build_index(directory / "agent.db")
+
+    def command(self, directory: Path) -> list[object]:
+        return [*VT, "prune", directory / "agent.db", "--archived-before", "2026-11-01", "--vacuum"]
+
+    def state(self, directory: Path) -> object:
+        return lifecycle_state(directory / "agent.db")
+
+
+ERASE_MARKER = "qzerase4711marker"
+
+
+class Erase(KillPath):
+    name = "erase (50 threads, 10,000 messages, 2,000 memories; index built)"
+    agent_keys = ("agent:1", "agent:2")
+
+    def build(self, directory: Path) -> None:
+        w = VolumeWriter(directory / "agent.db")
+        for key in self.agent_keys:
+            w.thread(key)
+        bulk_threads(w, ["erase:me"] * 49, 200, text=ERASE_MARKER, summary=ERASE_MARKER)
+        bulk_threads(w, ["erase:me"], 200, status="active", text=ERASE_MARKER)
+        bulk_threads(w, [f"other:{n}" for n in range(50)], 100)
+        for n in range(2_000):
+            w.memory(f"me.{n:04d}", f"{ERASE_MARKER} fact {n}")
+            w.memory(f"you.{n:04d}", f"fact {n}")
+        w.close()
+        build_index(directory / "agent.db")
+
+    def command(self, directory: Path) -> list[object]:
+        return [
+            *VT,
+            "erase",
+            directory / "agent.db",
+            "--key",
+            "erase:me",
+            "--memories-prefix",
+            "me.",
+            "--yes",
+        ]
+
+    def state(self, directory: Path) -> object:
+        return lifecycle_state(directory / "agent.db")
+
+    def recover(self, directory: Path) -> subprocess.CompletedProcess:
+        """Erase again: it erases (killed before the commit) or, finding nothing under the key
+        after an erase, scrubs again (exit 1). Either way no byte may hold the marker after."""
+        done = super().recover(directory)
+        if done.returncode == 1 and "it was erased at" in done.stderr:
+            done.returncode = 0
+        left = [
+            p.name
+            for p in directory.iterdir()
+            if p.name.startswith("agent.db") and ERASE_MARKER[2:].encode() in p.read_bytes()
+        ]
+        if left:
+            done.returncode, done.stderr = 1, f"the erased text is still in {left}"
+        return done
+
+
 def leftovers(directory: Path) -> list[str]:
     """Temporary files a run left behind (the lock file and SQLite's own -wal/-shm aside)."""
     return sorted(p.name for p in directory.iterdir() if ".tmp-" in p.name)
@@ -562,7 +746,18 @@ def run_path(
 def all_paths(server: ModelServer) -> list[KillPath]:
     compact = Compact()
     compact.server = server
-    return [MemoriesImport(), compact, Migrate(), ThreadNew(), ThreadReset(), Demo(), Export()]
+    return [
+        MemoriesImport(),
+        compact,
+        Migrate(),
+        ThreadNew(),
+        ThreadReset(),
+        Demo(),
+        Export(),
+        SearchIndex(),
+        Prune(),
+        Erase(),
+    ]
 
 
 def wait_for_agent(db: Path, agent: subprocess.Popen) -> None:

@@ -20,7 +20,9 @@ def server():
         yield s
 
 
-@pytest.mark.parametrize("index", range(7), ids=[p.name.split(" (")[0] for p in all_paths(None)])
+@pytest.mark.parametrize(
+    "index", range(len(all_paths(None))), ids=[p.name.split(" (")[0] for p in all_paths(None)]
+)
 def test_a_killed_write_leaves_the_old_or_the_new_state(server, tmp_path, index):
     path = all_paths(server)[index]
     tally = run_path(path, TRIALS, seed=index + 1, work=tmp_path)
@@ -49,6 +51,10 @@ def test_make_faults_passes_trials_through_and_keeps_the_default_in_one_place():
     ).stdout.splitlines()[-1]
     assert command.endswith("-m tests.faults.kills --trials 3 --report /tmp/x.md")
     default = subprocess.run(
-        ["make", "--no-print-directory", "-n", "faults"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "faults"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()[-1]
     assert default.split("-m tests.faults.kills")[1].strip() == ""

@@ -44,6 +44,9 @@ COMMANDS = {
     "backup": "volumetool.cli.maintenance:backup",
     "check": "volumetool.cli.maintenance:check",
     "report": "volumetool.cli.report:report",
+    "search": "volumetool.cli.lifecycle:search",
+    "prune": "volumetool.cli.lifecycle:prune",
+    "erase": "volumetool.cli.lifecycle:erase",
 }
 
 

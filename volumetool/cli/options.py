@@ -180,7 +180,7 @@ def since_option(what: str) -> Callable:
     )
 
 
-def parse_since(value: str | None) -> str | None:
+def parse_since(value: str | None, option: str = "--since") -> str | None:
     if value is None:
         return None
     from volumetool.timefmt import parse_since as parse
@@ -188,7 +188,7 @@ def parse_since(value: str | None) -> str | None:
     try:
         return parse(value)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--since'") from None
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
 
 
 def output_options(f: Callable) -> Callable:

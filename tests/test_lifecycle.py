@@ -1,0 +1,386 @@
+"""prune and erase: retention by policy and erasure on request, each one transaction with its
+audit event, runs and token totals kept, and erased text gone from the file's bytes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_clean_error
+from tests.test_threads import query
+from tests.volumes import VolumeWriter, file_digest, table_dump
+
+# One token each, lowercase: the search index keeps it whole as a term (after the few first
+# characters it may share with the term before it), so a grep for its tail finds it there too.
+MARKER = "qzmarker7419x"  # written only into the conversation that is erased
+OTHER = "yykept2025w"  # written into another one, which stays
+
+# -- prune -------------------------------------------------------------------------------------
+
+
+def old_and_new(tmp_path, threads: int = 6, size: int = 40) -> Path:
+    """Archived threads from October and from late November, an active thread from October,
+    each with messages, runs and audit events; half the October ones compacted."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    w.clock = w.clock.replace(month=10)
+    for n in range(threads):
+        for status in ("archived", "active" if n == 0 else "archived"):
+            key = f"k{n}:{status}"
+            s = w.thread(key, status=status, summary=f"summary {n}" if n % 2 else None)
+            run = w.run(s, trigger="compaction") if n % 2 else None
+            for m in range(size):
+                w.message(
+                    s,
+                    "user",
+                    f"message {m} of {key} " + "x" * 200,
+                    folded_by=run if m < 4 else None,
+                )
+            if run:
+                w.insert("compactions", run_id=run, session_id=s, summary=f"kept {n}")
+            w.run(s, input_tokens=1000 + n, output_tokens=10 + n)
+            w.audit("permission", {"tool": "read_file"}, session=s)
+        w.clock = w.clock.replace(month=10, day=20)
+    w.clock = w.clock.replace(month=11, day=25)
+    for n in range(2):
+        s = w.thread(f"late:{n}", status="archived")
+        w.turn(s, 1)
+    w.close()
+    return w.path
+
+
+def test_prune_deletes_archived_threads_updated_before_when_and_nothing_else(tmp_path, run_cli):
+    path = old_and_new(tmp_path)
+    before = query(path, "SELECT id, conversation_key, status, updated_at FROM sessions")
+    result = run_cli("prune", path, "--archived-before", "2026-11-01", "--json")
+    assert result.exit_code == 0, result
+    gone = {s for s, _, status, at in before if status == "archived" and at < "2026-11-01"}
+    kept = {s for s, *_ in before} - gone
+    assert {s for (s,) in query(path, "SELECT id FROM sessions")} == kept
+    assert query(path, "SELECT count(*) FROM sessions WHERE status = 'active'") == [(1,)]
+    assert query(
+        path,
+        "SELECT count(*) FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)",
+    ) == [(0,)]
+    assert query(
+        path, "SELECT count(*) FROM compactions WHERE session_id NOT IN (SELECT id FROM sessions)"
+    ) == [(0,)]
+    report = json.loads(result.stdout)
+    assert report["threads"] == len(gone) and report["dry_run"] is False
+    assert run_cli("check", path).exit_code == 0
+
+
+def test_prune_keeps_runs_and_audit_events_detached_so_token_totals_do_not_change(
+    tmp_path, run_cli
+):
+    path = old_and_new(tmp_path)
+    status = json.loads(run_cli("status", path, "--json").stdout)
+    runs = query(path, "SELECT id, trigger, input_tokens, output_tokens FROM runs ORDER BY id")
+    audit_before = query(path, "SELECT id, detail FROM audit ORDER BY id")
+    assert run_cli("prune", path, "--archived-before", "2026-11-01").exit_code == 0
+    after = json.loads(run_cli("status", path, "--json").stdout)
+    assert after["tokens"] == status["tokens"]
+    assert after["runs"] == status["runs"]
+    assert (
+        query(path, "SELECT id, trigger, input_tokens, output_tokens FROM runs ORDER BY id") == runs
+    )
+    assert (
+        query(path, "SELECT id, detail FROM audit ORDER BY id")[: len(audit_before)] == audit_before
+    )
+    assert query(path, "SELECT count(*) FROM runs WHERE session_id IS NULL")[0][0] > 0
+
+
+def test_prune_writes_one_thread_event_with_the_counts(tmp_path, run_cli):
+    path = old_and_new(tmp_path)
+    result = run_cli("prune", path, "--archived-before", "2026-11-01", "--json")
+    [(event, detail, session, actor)] = query(
+        path,
+        "SELECT event, detail, session_id, actor FROM audit WHERE id = (SELECT max(id) FROM audit)",
+    )
+    detail = json.loads(detail)
+    assert (event, detail["action"], session, actor) == ("thread", "prune", None, "volumetool")
+    assert detail["archived_before"] == "2026-11-01T00:00:00.000Z"
+    report = json.loads(result.stdout)
+    assert {k: detail[k] for k in report if k in detail} == {
+        k: v for k, v in report.items() if k in detail
+    }
+    assert detail["threads"] == 11 and detail["messages"] == 11 * 40
+
+
+def test_a_dry_run_predicts_the_prune_exactly_and_writes_nothing(tmp_path, run_cli):
+    path = old_and_new(tmp_path)
+    digest = file_digest(path)
+    dry = run_cli("prune", path, "--archived-before", "2026-11-01", "--dry-run", "--json")
+    assert dry.exit_code == 0, dry
+    assert file_digest(path) == digest
+    real = run_cli("prune", path, "--archived-before", "2026-11-01", "--json")
+    assert {**json.loads(dry.stdout), "dry_run": False} == json.loads(real.stdout)
+    assert "would prune 11 archived thread(s)" in dry.stderr
+    assert "pruned 11 archived thread(s)" in real.stderr
+
+
+def test_a_prune_with_nothing_to_prune_writes_nothing(tmp_path, run_cli):
+    path = old_and_new(tmp_path)
+    digest = file_digest(path)
+    result = run_cli("prune", path, "--archived-before", "2026-09-01")
+    assert result.exit_code == 0, result
+    assert "pruned 0 archived thread(s)" in result.stderr
+    assert file_digest(path) == digest
+
+
+def test_prune_vacuum_gives_the_space_back(tmp_path, run_cli):
+    path = old_and_new(tmp_path, threads=40, size=60)
+    size = path.stat().st_size
+    assert run_cli("prune", path, "--archived-before", "2026-11-01").exit_code == 0
+    assert path.stat().st_size >= size  # the pages are free, the file as large
+    vacuumed = run_cli("prune", path, "--archived-before", "2026-11-01", "--vacuum")
+    assert vacuumed.exit_code == 0, vacuumed
+    assert path.stat().st_size < size / 4
+    assert f"from {size:,}" in vacuumed.stderr
+
+
+@pytest.mark.parametrize(
+    ("when", "message"),
+    [
+        ("2999-01-01", "in the future"),
+        ("yesterday", "neither an ISO"),
+        ("99999999999999w", "range"),
+    ],
+)
+def test_a_when_in_the_future_or_unreadable_is_exit_2_and_changes_nothing(
+    tmp_path, run_cli, when, message
+):
+    path = old_and_new(tmp_path)
+    digest = file_digest(path)
+    result = run_cli("prune", path, "--archived-before", when)
+    assert result.exit_code == 2, result
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert file_digest(path) == digest
+
+
+def test_prune_takes_pruned_text_out_of_the_search_index(tmp_path, run_cli):
+    path = old_and_new(tmp_path)
+    assert run_cli("search", path, "message").exit_code == 0  # builds the index
+    assert run_cli("prune", path, "--archived-before", "2026-11-01").exit_code == 0
+    left = query(path, "SELECT c0 FROM search_messages_content")
+    assert sorted(left) == sorted(query(path, "SELECT content FROM messages"))
+    found = json.loads(run_cli("search", path, "message", "--json", "-n", "0").stdout)
+    assert {r["conversation_key"] for r in found} == {"k0:active"}
+
+
+# -- erase -------------------------------------------------------------------------------------
+
+
+class Agent:
+    """The runtime's own connection: no secure_delete, so what it deletes or rewrites stays in
+    free space, as with any SQLite built without it."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA secure_delete = OFF")
+
+    def run(self, sql: str, *params) -> int:
+        return self.conn.execute(sql, params).lastrowid
+
+
+def conversation(tmp_path, journal: str = "wal") -> tuple[Path, Agent]:
+    """The conversation under `telegram:ana` holds MARKER everywhere text can be: live and
+    folded messages, messages the agent itself reset, the current summary and the one before,
+    a kept summary, the facts a compaction missed, an archived thread, a memory under `ana.`;
+    `discord:bob` holds OTHER. The search index is built. The agent's connection stays open,
+    so its last writes are still in the WAL."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    w.conn.execute(f"PRAGMA journal_mode = {journal}")
+    old = w.thread("telegram:ana", status="archived")
+    w.message(old, "user", f"my card is {MARKER}, archived")
+    bob = w.thread("discord:bob")
+    w.message(bob, "user", f"bob says {OTHER}")
+    w.memory("bob.note", f"bob {OTHER}")
+    w.close()
+    agent = Agent(w.path)
+    ana = agent.run(
+        "INSERT INTO sessions (conversation_key, channel, status, summary, created_at, updated_at)"
+        " VALUES ('telegram:ana', 'telegram', 'active', ?, 't', 't')",
+        f"first summary {MARKER}",
+    )
+    for n in range(30):
+        agent.run(
+            "INSERT INTO messages (session_id, role, content, created_at) VALUES (?, ?, ?, 't')",
+            ana,
+            "user" if n % 2 == 0 else "assistant",
+            f"turn {n}: {MARKER} " + "y" * 300,
+        )
+    agent.run("DELETE FROM messages WHERE session_id = ? AND id % 5 = 0", ana)  # a /reset of some
+    run = agent.run(
+        "INSERT INTO runs (session_id, trigger, status, started_at) VALUES (?, 'compaction',"
+        " 'ok', 't')",
+        ana,
+    )
+    agent.run("UPDATE messages SET folded_by = ? WHERE session_id = ? AND id < 20", run, ana)
+    agent.run(
+        "INSERT INTO compactions (run_id, session_id, summary) VALUES (?, ?, ?)",
+        run,
+        ana,
+        f"kept summary {MARKER}",
+    )
+    agent.run("UPDATE sessions SET summary = ? WHERE id = ?", f"second summary {MARKER}", ana)
+    agent.run(
+        "INSERT INTO audit (ts, event, detail, session_id, run_id) VALUES ('t', 'compaction', ?,"
+        " ?, ?)",
+        json.dumps({"action": "compacted", "missing_facts": [MARKER], "saved_tokens": 9}),
+        ana,
+        run,
+    )
+    agent.run("INSERT INTO memories VALUES ('ana.card', ?, 't', 't')", f"card {MARKER}")
+    return w.path, agent
+
+
+def raw_bytes(path: Path) -> dict[str, bytes]:
+    return {
+        suffix or "db": Path(f"{path}{suffix}").read_bytes()
+        for suffix in ("", "-wal", "-shm", "-journal")
+        if Path(f"{path}{suffix}").exists()
+    }
+
+
+def holds(path: Path, text: str) -> list[str]:
+    """The files whose bytes hold `text` (its tail, which survives the index's compression)."""
+    return [name for name, data in raw_bytes(path).items() if text[2:].encode() in data]
+
+
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_erased_text_is_in_no_byte_of_the_file_its_wal_or_shm(tmp_path, run_cli, journal):
+    path, agent = conversation(tmp_path, journal)
+    assert run_cli("search", path, MARKER).exit_code == 0  # the index holds it too
+    agent.run(  # and keeps the copies of what the agent then deletes itself, for now
+        "DELETE FROM messages WHERE id % 7 = 0 AND session_id IN"
+        " (SELECT id FROM sessions WHERE conversation_key = 'telegram:ana')"
+    )
+    assert holds(path, MARKER)
+    result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", "ana.", "--yes")
+    assert result.exit_code == 0, result
+    assert holds(path, MARKER) == []
+    assert holds(path, OTHER)  # the rest is still there, and grep can see it
+    found = json.loads(run_cli("search", path, OTHER, "--json").stdout)
+    assert {r["conversation_key"] or r["key"] for r in found} == {"discord:bob", "bob.note"}
+    agent.conn.close()
+    assert run_cli("check", path).exit_code == 0
+
+
+def test_erase_deletes_every_thread_under_the_key_and_detaches_their_runs(tmp_path, run_cli):
+    path, agent = conversation(tmp_path)
+    others = table_dump(path, ("identity",))
+    bob = query(
+        path,
+        "SELECT * FROM messages WHERE session_id IN"
+        " (SELECT id FROM sessions WHERE conversation_key = 'discord:bob')",
+    )
+    runs = query(path, "SELECT id, trigger, input_tokens FROM runs ORDER BY id")
+    result = run_cli(
+        "erase", path, "--key", "telegram:ana", "--memories-prefix", "ana.", "--yes", "--json"
+    )
+    assert result.exit_code == 0, result
+    assert query(path, "SELECT conversation_key FROM sessions") == [("discord:bob",)]
+    assert query(path, "SELECT * FROM messages") == bob
+    assert query(path, "SELECT count(*) FROM compactions") == [(0,)]
+    assert query(path, "SELECT id, trigger, input_tokens FROM runs ORDER BY id") == runs
+    assert query(path, "SELECT session_id FROM runs") == [(None,)]
+    assert query(path, "SELECT key FROM memories") == [("bob.note",)]
+    [(detail,)] = query(path, "SELECT detail FROM audit WHERE event = 'compaction'")
+    assert json.loads(detail) == {"action": "compacted", "saved_tokens": 9}  # facts removed
+    assert table_dump(path, ("identity",)) == others
+    report = json.loads(result.stdout)
+    assert report == {
+        "key": "telegram:ana",
+        "memories_prefix": "ana.",
+        "dry_run": False,
+        "threads": 2,
+        "messages": 25,
+        "summaries": 1,
+        "kept_summaries": 1,
+        "runs_detached": 1,
+        "audit_detached": 1,
+        "memories": 1,
+    }
+    agent.conn.close()
+
+
+def test_the_erase_event_names_the_key_and_counts_never_the_content(tmp_path, run_cli):
+    path, _ = conversation(tmp_path)
+    run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", "ana.", "--yes")
+    [(event, detail, session, actor)] = query(
+        path, "SELECT event, detail, session_id, actor FROM audit WHERE event = 'erase'"
+    )
+    assert (event, session, actor) == ("erase", None, "volumetool")
+    assert MARKER not in detail
+    detail = json.loads(detail)
+    assert detail["key"] == "telegram:ana" and detail["memories_prefix"] == "ana."
+    assert detail["threads"] == 2 and detail["messages"] == 25 and detail["memories"] == 1
+
+
+def test_a_dry_run_predicts_the_erase_exactly_and_writes_nothing(tmp_path, run_cli):
+    path, _ = conversation(tmp_path)
+    digest = file_digest(path)
+    options = ("--key", "telegram:ana", "--memories-prefix", "ana.", "--json")
+    dry = run_cli("erase", path, *options, "--dry-run")
+    assert dry.exit_code == 0, dry
+    assert file_digest(path) == digest
+    real = run_cli("erase", path, *options, "--yes")
+    assert {**json.loads(dry.stdout), "dry_run": False} == json.loads(real.stdout)
+
+
+def test_erase_asks_first_and_an_unanswered_prompt_erases_nothing(tmp_path, run_cli):
+    path, _ = conversation(tmp_path)
+    digest = file_digest(path)
+    unanswered = run_cli("erase", path, "--key", "telegram:ana", input="")
+    assert unanswered.exit_code == 1
+    assert "Erase 2 thread(s) under 'telegram:ana'" in unanswered.stderr
+    assert file_digest(path) == digest
+    declined = run_cli("erase", path, "--key", "telegram:ana", input="n\n")
+    assert declined.exit_code == 1 and file_digest(path) == digest
+    accepted = run_cli("erase", path, "--key", "telegram:ana", input="y\n")
+    assert accepted.exit_code == 0, accepted
+    assert query(path, "SELECT count(*) FROM sessions WHERE conversation_key = 'telegram:ana'") == [
+        (0,)
+    ]
+
+
+def test_a_key_with_nothing_under_it_is_exit_1(tmp_path, run_cli):
+    path, _ = conversation(tmp_path)
+    digest = file_digest(path)
+    assert_clean_error(run_cli("erase", path, "--key", "telegram:nobody", "--yes"), 1, "no thread")
+    assert_clean_error(run_cli("erase", path, "--key", "telegram:nobody", "--dry-run"), 1)
+    assert file_digest(path) == digest
+
+
+def test_an_empty_memories_prefix_is_refused(tmp_path, run_cli):
+    path, _ = conversation(tmp_path)
+    result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", "", "--yes")
+    assert_clean_error(result, 2, "every memory")
+
+
+def test_an_erase_whose_scrub_could_not_finish_scrubs_when_run_again(tmp_path, run_cli):
+    path, agent = conversation(tmp_path)
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM messages").fetchone()  # holds the WAL
+    busy = run_cli(
+        "erase",
+        path,
+        "--key",
+        "telegram:ana",
+        "--yes",
+        "--memories-prefix",
+        "ana.",
+        "--busy-timeout",
+        "0.2",
+    )
+    assert_clean_error(busy, 4, "erased 2 thread(s)", "not scrubbed yet")
+    assert holds(path, MARKER)  # the rewritten pages wait in the WAL, the old ones in the file
+    reader.execute("ROLLBACK")
+    again = run_cli("erase", path, "--key", "telegram:ana", "--yes")
+    assert_clean_error(again, 1, "it was erased at")
+    assert holds(path, MARKER) == []
+    agent.conn.close()

@@ -1,0 +1,229 @@
+"""search, prune, erase: finding a conversation, keeping what the retention policy says, and
+erasing a person's data on request."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from volumetool.cli.options import (
+    AFTER_VOLUME,
+    busy_timeout_option,
+    emit,
+    output_options,
+    parse_since,
+    since_option,
+    volume_argument,
+    wait_option,
+)
+
+
+def _say(message: str) -> None:
+    from volumetool.render import escape_control
+
+    click.echo(f"volumetool: {escape_control(message)}", err=True)
+
+
+@click.command(short_help="Full-text search of messages, summaries and memories.")
+@volume_argument
+@click.argument("query", type=AFTER_VOLUME)
+@click.option("--key", "key_glob", metavar="GLOB", help="Threads (or memory keys) matching a glob.")
+@click.option(
+    "--role",
+    type=click.Choice(["system", "user", "assistant", "tool"]),
+    help="Only messages of this role.",
+)
+@since_option("text written")
+@click.option(
+    "--in",
+    "kinds",
+    default="messages,summaries,memories",
+    show_default=True,
+    metavar="KINDS",
+    help="Where to look, comma-separated.",
+)
+@click.option("--fts", is_flag=True, help="QUERY is an SQLite FTS5 expression (OR, NEAR, prefix*).")
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Write nothing to the file: use the search index as it is and read what it lacks "
+    "directly (slow when it lacks much).",
+)
+@output_options
+@busy_timeout_option
+def search(
+    volume,
+    query,
+    key_glob,
+    role,
+    since,
+    kinds,
+    fts,
+    read_only,
+    output,
+    tablefmt,
+    limit,
+    busy_timeout,
+) -> None:
+    """Search live and folded messages, summaries (current and earlier) and memories for
+    QUERY, newest first, with the match marked ⟦so⟧ in a snippet.
+
+    QUERY's words match literally, whole, ignoring case: `INV-2024.05` finds that identifier,
+    `refund` does not find `refunds`; every word must occur; "two words" in double quotes
+    must occur together. With --fts, QUERY is an FTS5 expression (refund OR chargeback,
+    NEAR(invoice overdue), deploy*).
+
+    The first search of a volume builds a search index in the file (about 15 s for a
+    million messages, once); later ones add what is new and take out what was deleted.
+    Results are those of one moment of the volume, whatever the agent writes meanwhile.
+
+    \b
+    Example:
+      volumetool search ./vol 'refund' --since 7d --role assistant
+      volumetool search ./vol 'INV-2024.05' --key 'telegram:*' --json
+      volumetool search ./vol 'refund OR chargeback' --fts --in messages,summaries
+    """
+    from volumetool.search.find import SEARCH_FIELDS, SearchRequest
+    from volumetool.search.find import search as run
+    from volumetool.search.query import parse_kinds
+
+    request = SearchRequest(
+        query,
+        fts,
+        parse_kinds(kinds),
+        key_glob,
+        role,
+        parse_since(since),
+        limit or None,
+    )
+    rows = run(volume, request, busy_timeout=busy_timeout, write_index=not read_only, say=_say)
+    emit(rows, SEARCH_FIELDS, output, tablefmt, limit, "results")
+
+
+def _deletion_line(verb: str, threads: str, done, memories: str = "") -> str:
+    """`verb THREADS (counts)[ and MEMORIES]; runs and audit events stay, detached`."""
+    stay = "would stay" if verb.startswith("would") else "stay"
+    return (
+        f"{verb} {done.threads:,} {threads} ({done.messages:,} message(s),"
+        f" {done.summaries:,} summary(ies), {done.kept_summaries:,} kept summary(ies))"
+        f"{memories}; {done.runs_detached:,} run(s) and {done.audit_detached:,} audit"
+        f" event(s) {stay}, detached"
+    )
+
+
+@click.command(short_help="Delete archived threads older than the retention period.")
+@volume_argument
+@click.option(
+    "--archived-before",
+    "before",
+    required=True,
+    metavar="WHEN",
+    help="Archived threads last updated before this: an ISO date/time or a duration ago (90d).",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would go; change nothing.")
+@click.option("--vacuum", is_flag=True, help="Then rewrite the file to give the space back.")
+@click.option("--json", "as_json", is_flag=True, help="What went (or would go) as JSON.")
+@wait_option
+@busy_timeout_option
+def prune(volume, before, dry_run, vacuum, as_json, wait, busy_timeout) -> None:
+    """Delete the archived threads last updated before WHEN, with their messages and
+    summaries: a retention policy from cron. Active threads are never touched. Their runs
+    and audit events stay, detached from the thread, so token totals do not change; one
+    audit `thread` event (action `prune`) records the counts. One transaction, beside the
+    running agent; --vacuum then rewrites the file so it shrinks (the agent waits for that).
+
+    \b
+    Example:
+      volumetool prune ./vol --archived-before 90d --dry-run
+      volumetool prune ./vol --archived-before 2026-09-01 --vacuum
+    """
+    import os
+
+    from volumetool.lifecycle import check_before, plan_prune, prune_volume
+    from volumetool.volume import Volume, open_for_write
+
+    before = check_before(parse_since(before, "--archived-before"))
+    if dry_run:
+        with (
+            Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol,
+            vol.snapshot() as conn,
+        ):
+            done = plan_prune(conn, before)
+        extra = ""
+    else:
+        with open_for_write(volume, busy_timeout=busy_timeout, lock=True, wait=wait) as vol:
+            size = os.path.getsize(vol.path)
+            done = prune_volume(vol, before, vacuum)
+            shrunk = os.path.getsize(vol.path)
+        extra = f"; the file went from {size:,} to {shrunk:,} bytes" if vacuum else ""
+    if as_json:
+        click.echo(
+            json.dumps(
+                {"archived_before": before, "dry_run": dry_run, **done.thread_counts()}, indent=2
+            )
+        )
+    verb = "would prune" if dry_run else "pruned"
+    _say(_deletion_line(verb, f"archived thread(s) last updated before {before}", done) + extra)
+
+
+@click.command(short_help="Erase every thread under a key: the right to be forgotten.")
+@volume_argument
+@click.option("--key", required=True, metavar="KEY", help="The conversation key (exact).")
+@click.option(
+    "--memories-prefix",
+    metavar="P",
+    help="Also erase the memories whose key starts with P.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would go; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help="What went (or would go) as JSON.")
+@wait_option
+@busy_timeout_option
+def erase(volume, key, memories_prefix, dry_run, yes, as_json, wait, busy_timeout) -> None:
+    """Erase every thread under KEY, active and archived, with its messages, its summary and
+    the summaries its compactions kept, and with --memories-prefix the memories under P, so
+    that their text is gone from the file's bytes: deleted with secure_delete, the search
+    index merged, the file rewritten (VACUUM) and its WAL emptied. Runs and audit events
+    stay, detached; one audit `erase` event names the key and counts what went, never what
+    it said. Asks first unless --yes (no answer: nothing is erased). Exit 1 when no thread
+    is under KEY.
+
+    \b
+    Example:
+      volumetool erase ./vol --key 'telegram:5531918843' --memories-prefix 'ana.' --dry-run
+      volumetool erase ./vol --key 'telegram:5531918843' --memories-prefix 'ana.' --yes
+    """
+    from volumetool.lifecycle import check_prefix, plan_erase
+    from volumetool.lifecycle import erase as run
+    from volumetool.render import escape_control
+    from volumetool.volume import Volume, open_for_write
+
+    memories_prefix = check_prefix(memories_prefix)
+    threads = f"thread(s) under {escape_control(repr(key))}"
+
+    def memories(done) -> str:
+        if memories_prefix is None:
+            return ""
+        return f" and {done.memories:,} memory(ies) under {escape_control(repr(memories_prefix))}"
+
+    def confirm(planned) -> None:
+        if not yes:
+            what = _deletion_line("Erase", threads, planned, memories(planned))
+            click.confirm(f"{what}. This cannot be undone. Erase?", abort=True, err=True)
+
+    if dry_run:
+        with (
+            Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol,
+            vol.snapshot() as conn,
+        ):
+            done = plan_erase(conn, key, memories_prefix)
+    else:
+        with open_for_write(volume, busy_timeout=busy_timeout, lock=True, wait=wait) as vol:
+            done = run(vol, key, memories_prefix, confirm)
+    if as_json:
+        document = {"key": key, "memories_prefix": memories_prefix, "dry_run": dry_run}
+        click.echo(json.dumps(document | done.counts(), indent=2, ensure_ascii=False))
+    verb = "would erase" if dry_run else "erased"
+    line = _deletion_line(verb, threads, done, memories(done))
+    _say(line + ("" if dry_run else "; the file is scrubbed"))

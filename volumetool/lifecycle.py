@@ -1,0 +1,325 @@
+"""Keeping data only as long as a policy says (`prune`) and erasing a person's data on request
+(`erase`), SPEC section 11.
+
+Both delete whole threads — the sessions row, its messages, its summary and the summaries its
+compactions kept — in one write transaction with their audit event, so a volume holds the old
+rows or the new ones, never a mix. Runs stay, detached from the thread (session_id NULL), so
+that the tokens the volume spent keep adding up; audit events stay too, detached. Deletion
+runs with `secure_delete`, so the rows' bytes are overwritten where they stood. Their copies
+in the search index go afterwards, in short transactions of their own (`index.tidy`): a
+search never shows a copy whose row is gone, and the agent never waits long.
+
+`erase` then scrubs the file, since older copies of the text can sit where SQLite never
+overwrites them: in free pages and in the unused space of pages (every compaction rewrites the
+rows it folds, every /reset frees pages), in the search index's older segments, and in the WAL.
+So the index is merged down to one segment, the file is rewritten (VACUUM) and the WAL
+truncated. A scrub that cannot finish (killed, or a reader holds the WAL) is finished by
+running the same erase again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from volumetool import audit
+from volumetool.errors import Busy, ProblemsFound, UnusableInput, VolumetoolError
+from volumetool.memories import prefix_upper_bound
+from volumetool.search import index
+from volumetool.timefmt import now_iso
+from volumetool.volume import Volume
+
+# The threads an operation deletes, chosen once per transaction into a temporary table.
+_DOOMED = "temp.lifecycle_threads"
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """What a prune or an erase deletes (or, dry, would delete), as counts."""
+
+    threads: int
+    messages: int
+    summaries: int  # threads' current summaries
+    kept_summaries: int  # summaries earlier compactions kept (`compactions` rows)
+    runs_detached: int
+    audit_detached: int
+    memories: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return asdict(self)
+
+    def thread_counts(self) -> dict[str, int]:
+        """The counts without memories (a prune never deletes one)."""
+        counts = self.counts()
+        del counts["memories"]
+        return counts
+
+
+_COUNTS = f"""SELECT
+  (SELECT count(*) FROM {_DOOMED}),
+  (SELECT count(*) FROM messages WHERE session_id IN (SELECT id FROM {_DOOMED})),
+  (SELECT count(*) FROM sessions WHERE id IN (SELECT id FROM {_DOOMED})
+     AND summary IS NOT NULL),
+  (SELECT count(*) FROM compactions WHERE session_id IN (SELECT id FROM {_DOOMED})),
+  (SELECT count(*) FROM runs WHERE session_id IN (SELECT id FROM {_DOOMED})),
+  (SELECT count(*) FROM audit WHERE session_id IN (SELECT id FROM {_DOOMED}))"""
+
+
+def _choose(conn: sqlite3.Connection, sql: str, params: tuple) -> None:
+    conn.execute(f"DROP TABLE IF EXISTS {_DOOMED}")
+    conn.execute(f"CREATE TABLE {_DOOMED} (id INTEGER PRIMARY KEY)")
+    conn.execute(f"INSERT INTO {_DOOMED} (id) {sql}", params)
+
+
+def _memories_where(prefix: str | None) -> tuple[str, tuple]:
+    """Memories under `prefix` (none without one), as an index range."""
+    if prefix is None:
+        return "0", ()
+    upper = prefix_upper_bound(prefix)
+    if upper is None:
+        return "key >= ?", (prefix,)
+    return "key >= ? AND key < ?", (prefix, upper)
+
+
+def _count(conn: sqlite3.Connection, memories_prefix: str | None = None) -> Deletion:
+    counts = conn.execute(_COUNTS).fetchone()
+    where, params = _memories_where(memories_prefix)
+    memories = conn.execute(f"SELECT count(*) FROM memories WHERE {where}", params).fetchone()[0]
+    return Deletion(*counts, memories=memories)
+
+
+def _delete_threads(conn: sqlite3.Connection, redact_audit: bool) -> None:
+    """Delete the chosen threads with their messages and kept summaries; detach their runs
+    and audit events. (Their copies in the search index go afterwards, `index.tidy`.)"""
+    doomed = f"IN (SELECT id FROM {_DOOMED})"
+    conn.execute(f"DELETE FROM compactions WHERE session_id {doomed}")
+    conn.execute(f"DELETE FROM messages WHERE session_id {doomed}")
+    conn.execute(f"UPDATE runs SET session_id = NULL WHERE session_id {doomed}")
+    # What volumetool copied from the conversation into an audit event: the facts a summary
+    # missed. The rest of an event (its action, counts, a key) is the trail, and stays.
+    redacted = (
+        "CASE WHEN json_valid(detail) AND json_type(detail) = 'object'"
+        " THEN json_remove(detail, '$.missing_facts') ELSE detail END"
+        if redact_audit
+        else "detail"
+    )
+    conn.execute(
+        f"UPDATE audit SET session_id = NULL, detail = {redacted} WHERE session_id {doomed}"
+    )
+    conn.execute(f"DELETE FROM sessions WHERE id {doomed}")
+    conn.execute(f"DROP TABLE {_DOOMED}")
+
+
+# -- prune ---------------------------------------------------------------------------------
+
+_ARCHIVED_BEFORE = "SELECT id FROM sessions WHERE status = 'archived' AND updated_at < ?"
+
+
+def check_before(before: str, now: str | None = None) -> str:
+    """`--archived-before` must lie in the past: a moment to come would take every archived
+    thread, surely not what was meant."""
+    if before > (now or now_iso()):
+        raise UnusableInput(
+            f"--archived-before {before} is in the future",
+            "give a moment in the past: a date (2026-09-01) or a duration ago (90d)",
+        )
+    return before
+
+
+def plan_prune(conn: sqlite3.Connection, before: str) -> Deletion:
+    """What `prune --archived-before` would delete: archived threads last updated before
+    `before`. Call in a snapshot."""
+    _choose(conn, _ARCHIVED_BEFORE, (before,))
+    try:
+        return _count(conn)
+    finally:
+        conn.execute(f"DROP TABLE {_DOOMED}")
+
+
+def prune(conn: sqlite3.Connection, before: str) -> Deletion:
+    """Delete the archived threads last updated before `before`, with one audit `thread`
+    event (action `prune`); nothing at all when there are none (a daily cron run leaves no
+    trail of empty events). Call in one write transaction, with secure_delete on."""
+    _choose(conn, _ARCHIVED_BEFORE, (before,))
+    done = _count(conn)
+    if not done.threads:
+        conn.execute(f"DROP TABLE {_DOOMED}")
+        return done
+    _delete_threads(conn, redact_audit=False)
+    audit.record(
+        conn,
+        "thread",
+        {"action": "prune", "archived_before": before, **done.thread_counts()},
+    )
+    return done
+
+
+# -- erase ---------------------------------------------------------------------------------
+
+_UNDER_KEY = "SELECT id FROM sessions WHERE conversation_key = ?"
+
+
+class NothingToErase(ProblemsFound):
+    """Exit 1: no thread under the key. `erased_at` names an earlier erase of it, if any."""
+
+    def __init__(self, key: str, erased_at: str | None) -> None:
+        where = f"; it was erased at {erased_at}" if erased_at else ""
+        super().__init__(
+            f"no thread under key {key!r}{where}",
+            "list threads with `volumetool sessions --status all --key GLOB`",
+        )
+        self.erased_at = erased_at
+
+
+def check_prefix(prefix: str | None) -> str | None:
+    if prefix == "":
+        raise UnusableInput(
+            "--memories-prefix '' would erase every memory", "give the prefix of the keys"
+        )
+    return prefix
+
+
+def _erased_at(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute(
+        "SELECT max(ts) FROM audit WHERE event = 'erase' AND json_valid(detail)"
+        " AND json_extract(detail, '$.key') = ?",
+        (key,),
+    ).fetchone()
+    return row[0]
+
+
+def plan_erase(conn: sqlite3.Connection, key: str, memories_prefix: str | None) -> Deletion:
+    """What `erase --key` would delete: every thread under `key`, active and archived, and
+    the memories under `memories_prefix`. NothingToErase when no thread is under the key."""
+    _choose(conn, _UNDER_KEY, (key,))
+    try:
+        planned = _count(conn, memories_prefix)
+    finally:
+        conn.execute(f"DROP TABLE IF EXISTS {_DOOMED}")
+    if not planned.threads:
+        raise NothingToErase(key, _erased_at(conn, key))
+    return planned
+
+
+def erase_rows(conn: sqlite3.Connection, key: str, memories_prefix: str | None) -> Deletion:
+    """Delete every thread under `key` and the memories under `memories_prefix`, with one
+    audit `erase` event that names them and counts what went, never what it said. Call in
+    one write transaction, with secure_delete on."""
+    done = plan_erase(conn, key, memories_prefix)
+    _choose(conn, _UNDER_KEY, (key,))
+    _delete_threads(conn, redact_audit=True)
+    where, params = _memories_where(memories_prefix)
+    conn.execute(f"DELETE FROM memories WHERE {where}", params)
+    audit.record(
+        conn,
+        "erase",
+        {"action": "erase", "key": key, "memories_prefix": memories_prefix, **done.counts()},
+    )
+    return done
+
+
+def vacuum(volume: Volume) -> None:
+    """Rewrite the file without its free pages and the unused space of its pages, then empty
+    the WAL, so that what was deleted is in none of the file's bytes (and the space goes back
+    to the file system). Busy when the WAL cannot be emptied within the busy timeout."""
+    with volume.translating():
+        volume.conn.execute("VACUUM")
+        if volume.conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            return
+        emptied = truncate_wal(volume.conn, volume.busy_timeout)
+    if not emptied:
+        raise Busy(
+            f"{volume.path}: readers or writers kept the WAL from being emptied",
+            "it is emptied at a later checkpoint",
+        )
+
+
+def truncate_wal(conn: sqlite3.Connection, busy_timeout: float) -> bool:
+    """Checkpoint the WAL into the file and truncate it to nothing. The copying goes first
+    without blocking anyone (PASSIVE: VACUUM put the whole file in the WAL); the truncation
+    then needs a moment when no writer is at work, which an agent writing every few
+    milliseconds leaves only now and then: it is tried again, over the busy timeout. Returns
+    whether the WAL was emptied."""
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    deadline = time.monotonic() + max(busy_timeout, 1.0)
+    pause = 0.01
+    while conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+    return True
+
+
+def scrub(volume: Volume) -> None:
+    """After an erase: every copy of deleted text taken out of the search index (the erased
+    threads', and any the agent deleted itself), the index merged down (its older segments
+    still hold the words), then `vacuum`."""
+    index.tidy(volume)
+    with volume.write() as conn:
+        index.merge_all(conn)
+    vacuum(volume)
+
+
+def erase(
+    volume: Volume,
+    key: str,
+    memories_prefix: str | None,
+    confirm: Callable[[Deletion], None] = lambda planned: None,
+) -> Deletion:
+    """The whole erase on a volume opened for writing (with the volume lock): plan, `confirm`
+    (which raises to stop), delete in one transaction, scrub. Erasing a key again after an
+    erase whose scrub did not finish (killed, a busy WAL) scrubs again, then says there was
+    nothing to erase."""
+    volume.conn.execute("PRAGMA secure_delete = ON")
+    volume.conn.execute("PRAGMA journal_size_limit = 0")  # a persistent journal keeps no pages
+    try:
+        with volume.snapshot() as conn:
+            planned = plan_erase(conn, key, memories_prefix)
+    except NothingToErase as nothing:
+        if nothing.erased_at:
+            scrub(volume)
+        raise
+    confirm(planned)
+    with volume.write() as conn:
+        done = erase_rows(conn, key, memories_prefix)
+    try:
+        scrub(volume)
+    except VolumetoolError as exc:
+        raise _after_commit(
+            exc,
+            f"erased {done.threads} thread(s) under {key!r}, but the file is not scrubbed yet",
+            "run the same erase again to scrub (the erased text may remain in free space or"
+            " the WAL until then)",
+        ) from exc
+    return done
+
+
+def _after_commit(exc: VolumetoolError, done: str, hint: str) -> VolumetoolError:
+    """An error met after a commit, saying what was done: busy stays busy (retry later)."""
+    kind = Busy if isinstance(exc, Busy) else ProblemsFound
+    return kind(f"{done}: {exc.message}", hint)
+
+
+def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:
+    """The whole prune on a volume opened for writing (with the volume lock): delete in one
+    transaction, take the pruned text out of the search index in short ones, and with
+    `vacuum_after` merge the index and rewrite the file (VACUUM) so the space goes back to the
+    file system."""
+    volume.conn.execute("PRAGMA secure_delete = ON")
+    with volume.write() as conn:
+        done = prune(conn, before)
+    try:
+        if vacuum_after:
+            scrub(volume)
+        elif done.threads:
+            index.tidy(volume)
+    except VolumetoolError as exc:
+        raise _after_commit(
+            exc,
+            f"pruned {done.threads} thread(s), but the search index or the vacuum did not finish",
+            "run the same prune again",
+        ) from exc
+    return done

@@ -1,0 +1,401 @@
+"""The search index volumetool keeps in the agent file, and what it lacks at any moment.
+
+The agent runtime writes the file and knows nothing of the index, so nothing keeps it current
+as the agent writes (no trigger: it would run inside the agent's transactions, and fail them
+where FTS5 is missing or `trusted_schema` is off). Instead every search works out, in its own
+read snapshot, what the index lacks, and reads that directly:
+
+- `search_messages` holds each message's text under the message id. Messages are appended, so
+  the ids above the highest one indexed are the new ones; below it, a message can only have
+  been deleted (the index row is then ignored: every hit is checked against the live row, text
+  included) or, after the highest messages were deleted, replaced by a new one with a reused
+  id, which a walk down from the top finds.
+- `search_texts` holds the thread summaries, the summaries each compaction kept and the
+  memories, under `id * 4 + slot`; there are few of them, so each is compared with the index.
+- `search_state` counts the indexed messages, so that a deleted one shows without reading the
+  index whole.
+
+A search then refreshes the index in short transactions when it lacks much, or holds text the
+volume no longer has (so that the copy of a deleted message does not outlive it for long).
+Any state of the index is right in this sense, so a refresh killed anywhere leaves nothing to
+repair, and two refreshes can run at once: each transaction works out its part again under
+the write lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from volumetool.format import (
+    SEARCH_FTS5,
+    SEARCH_STATE,
+    SEARCH_TABLES,
+    VOLUMETOOL_OBJECTS,
+    compare,
+)
+from volumetool.volume import Volume, read_schema
+
+MESSAGES, TEXTS = SEARCH_TABLES
+SLOT_SUMMARY, SLOT_HISTORY, SLOT_MEMORY = 1, 2, 3  # text document id = source id * 4 + slot
+# Source ids beyond this would overflow `id * 4`; no agent file comes near (they are not found).
+ID_LIMIT = 1 << 60
+BATCH = 20_000  # documents a refresh transaction writes: a few tenths of a second
+REFRESH_AT = 1_000  # a search that lacks fewer reads them directly and writes nothing
+WALK = 64  # messages compared at a time when looking for reused ids below the top
+# A pause after each of a run of write transactions: an agent waiting for the write lock looks
+# again at least every 100 ms (SQLite's busy handler), and without it would find the next of
+# ours already begun, again and again (measured: 3 s waits while the index was built).
+GIVE_WAY = 0.1
+
+
+@dataclass(frozen=True)
+class TextSource:
+    """Where one slot of `search_texts` comes from."""
+
+    slot: int
+    table: str
+    id: str
+    text: str
+    key: str
+    where: str
+
+
+TEXT_SOURCES = (
+    TextSource(SLOT_SUMMARY, "sessions", "id", "summary", "NULL", "t.summary IS NOT NULL"),
+    TextSource(SLOT_HISTORY, "compactions", "run_id", "summary", "NULL", "t.summary IS NOT NULL"),
+    TextSource(SLOT_MEMORY, "memories", "rowid", "value", "t.key", "1"),
+)
+
+
+def create_statements() -> list[str]:
+    """The index's objects, exactly as `format.VOLUMETOOL_OBJECTS` defines them."""
+    return [
+        *(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING {SEARCH_FTS5}"
+            for name in SEARCH_TABLES
+        ),
+        f"CREATE TABLE IF NOT EXISTS {SEARCH_STATE}"
+        " (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        f"INSERT OR IGNORE INTO {SEARCH_STATE} (name, value) VALUES ('messages', 0)",
+    ]
+
+
+def index_state(conn: sqlite3.Connection) -> str:
+    """`absent`, `present` (every object there, as volumetool defines it), `partial` (some
+    missing, none altered: a refresh completes it) or `foreign` (an object under one of its
+    names is defined otherwise: not volumetool's, never read or written)."""
+    ours = {(kind, name.lower()) for kind, name in VOLUMETOOL_OBJECTS}
+    found = {key: d for key, d in read_schema(conn).items() if (key[0], key[1].lower()) in ours}
+    if not found:
+        return "absent"
+    differences = compare(found, VOLUMETOOL_OBJECTS, optional={})
+    if any(d.kind != "missing" for d in differences):
+        return "foreign"
+    return "partial" if differences else "present"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What the index lacks in one snapshot of the volume."""
+
+    indexed: bool  # the index is there and volumetool's
+    top: int | None  # the highest message id indexed; None: every message is lacking
+    tail: int  # messages above `top`
+    changed: tuple[int, ...]  # message ids at or below `top` whose text the index lacks
+    texts: tuple[int, ...]  # text document ids the index lacks or holds other text for
+    gone_messages: bool = False  # it holds messages that were deleted (or that it lacks)
+    gone_texts: bool = False  # it holds summaries or memories that were deleted or changed
+
+    @property
+    def stale(self) -> bool:
+        """The index holds text the volume no longer has."""
+        return bool(self.changed) or self.gone_messages or self.gone_texts
+
+    @property
+    def count(self) -> int:
+        return self.tail + len(self.changed) + len(self.texts)
+
+    def wants_refresh(self) -> bool:
+        return not self.indexed or self.stale or self.count >= REFRESH_AT
+
+
+def _scalar(conn: sqlite3.Connection, sql: str, *params: object) -> object:
+    return conn.execute(sql, params).fetchone()[0]
+
+
+def _changed_messages(conn: sqlite3.Connection, top: int) -> list[int]:
+    """Message ids at or below `top` whose text the index lacks: new messages that took the
+    ids of deleted ones. They sit at the top (SQLite hands out the highest id plus one), so
+    the walk stops at the first stretch of WALK messages that are all indexed as they are."""
+    changed: list[int] = []
+    below = top
+    while True:
+        rows = conn.execute(
+            f"SELECT m.id, c.c0 IS m.content FROM messages m"
+            f" LEFT JOIN {MESSAGES}_content c ON c.id = m.id"
+            " WHERE m.id <= ? ORDER BY m.id DESC LIMIT ?",
+            (below, WALK),
+        ).fetchall()
+        differing = [message for message, same in rows if not same]
+        changed += differing
+        if not differing or len(rows) < WALK:
+            return changed
+        below = rows[-1][0] - 1
+
+
+def _texts_lacking(
+    conn: sqlite3.Connection, source: TextSource, indexed: bool
+) -> tuple[int, list[int]]:
+    """How many documents `source` has, and those the index lacks or holds other text for:
+    one pass over the source (a memory at a time is compared with its indexed copy)."""
+    doc = f"t.{source.id} * 4 + {source.slot}"
+    lacking, join = doc, ""
+    if indexed:
+        lacking = (
+            f"CASE WHEN c.c0 IS NOT t.{source.text} OR c.c1 IS NOT {source.key} THEN {doc} END"
+        )
+        join = f"LEFT JOIN {TEXTS}_content c ON c.id = {doc}"
+    count, docs = conn.execute(
+        f"SELECT count(*), group_concat({lacking}) FROM {source.table} t {join}"
+        f" WHERE {source.where} AND t.{source.id} BETWEEN {-ID_LIMIT} AND {ID_LIMIT}"
+    ).fetchone()
+    return count, [int(d) for d in docs.split(",")] if docs else []
+
+
+def _stale_texts_sql() -> str:
+    """Text documents whose source is gone or holds other text now."""
+    cases = " ".join(
+        f"WHEN {s.slot} THEN EXISTS (SELECT 1 FROM {s.table} t WHERE t.{s.id} = c.id >> 2"
+        f" AND t.{s.text} = c.c0 AND {s.key} IS c.c1)"
+        for s in TEXT_SOURCES
+    )
+    return f"SELECT c.id FROM {TEXTS}_content c WHERE NOT CASE c.id & 3 {cases} ELSE 0 END"
+
+
+def pending(conn: sqlite3.Connection) -> Pending:
+    """What the index lacks, and whether it holds text the volume no longer has."""
+    indexed = index_state(conn) == "present"
+    counted_texts = [_texts_lacking(conn, source, indexed) for source in TEXT_SOURCES]
+    texts = tuple(doc for _, docs in counted_texts for doc in docs)
+    total = _scalar(conn, "SELECT count(*) FROM messages")
+    if not indexed:
+        return Pending(False, None, total, (), texts)
+    rightly_indexed = sum(count for count, _ in counted_texts) - len(texts)
+    gone_texts = _scalar(conn, f"SELECT count(*) FROM {TEXTS}_content") != rightly_indexed
+    top = _scalar(conn, f"SELECT max(id) FROM {MESSAGES}_content")
+    if top is None:
+        return Pending(True, None, total, (), texts, gone_texts=gone_texts)
+    tail = _scalar(conn, "SELECT count(*) FROM messages WHERE id > ?", top)
+    counted = _scalar(conn, f"SELECT value FROM {SEARCH_STATE} WHERE name = 'messages'")
+    return Pending(
+        True,
+        top,
+        tail,
+        tuple(_changed_messages(conn, top)),
+        texts,
+        gone_messages=counted != total - tail,
+        gone_texts=gone_texts,
+    )
+
+
+def _ids(values: Iterable[int]) -> str:
+    return json.dumps(list(values))
+
+
+def add_messages(
+    conn: sqlite3.Connection,
+    table: str,
+    top: int | None,
+    limit: int | None = None,
+    ids: tuple[int, ...] = (),
+) -> int:
+    """Index into `table` the messages `ids` and those above `top` (all with None), at most
+    `limit` of the latter, in id order; returns how many."""
+    added = 0
+    if ids:
+        added += conn.execute(
+            f"INSERT INTO {table} (rowid, text) SELECT id, content FROM messages"
+            " WHERE id IN (SELECT value FROM json_each(?))",
+            (_ids(ids),),
+        ).rowcount
+    if limit == 0:
+        return added
+    above, params = ("", ()) if top is None else ("WHERE id > ?", (top,))
+    added += conn.execute(
+        f"INSERT INTO {table} (rowid, text) SELECT id, content FROM messages {above}"
+        " ORDER BY id LIMIT ?",
+        (*params, -1 if limit is None else limit),
+    ).rowcount
+    return added
+
+
+def add_texts(conn: sqlite3.Connection, table: str, docs: Iterable[int]) -> None:
+    """Index into `table` the text documents `docs` (ids `source id * 4 + slot`)."""
+    docs = list(docs)
+    for source in TEXT_SOURCES:
+        ids = [doc >> 2 for doc in docs if doc & 3 == source.slot]
+        if ids:
+            conn.execute(
+                f"INSERT INTO {table} (rowid, text, key)"
+                f" SELECT t.{source.id} * 4 + {source.slot}, t.{source.text}, {source.key}"
+                f" FROM {source.table} t WHERE t.{source.id} IN (SELECT value FROM json_each(?))",
+                (_ids(ids),),
+            )
+
+
+def _count_messages(conn: sqlite3.Connection, change: int | None = None) -> None:
+    """Keep `search_state` counting the indexed messages: add `change`, or count them."""
+    if change is None:
+        conn.execute(
+            f"UPDATE {SEARCH_STATE} SET value = (SELECT count(*) FROM {MESSAGES}_content)"
+            " WHERE name = 'messages'"
+        )
+    elif change:
+        conn.execute(
+            f"UPDATE {SEARCH_STATE} SET value = value + ? WHERE name = 'messages'", (change,)
+        )
+
+
+@contextlib.contextmanager
+def _turn(volume: Volume) -> Iterator[sqlite3.Connection]:
+    """One of a run of write transactions, then GIVE_WAY."""
+    with volume.write() as conn:
+        yield conn
+    time.sleep(GIVE_WAY)
+
+
+# Index rows whose message is gone, or holds other text now (its id was reused).
+_STALE_MESSAGES = (
+    f"SELECT c.id FROM {MESSAGES}_content c LEFT JOIN messages m ON m.id = c.id"
+    " WHERE m.content IS NOT c.c0"
+)
+
+
+def _batches(ids: list[int]) -> Iterator[list[int]]:
+    for start in range(0, len(ids), BATCH):
+        yield ids[start : start + BATCH]
+
+
+def tidy(volume: Volume) -> None:
+    """Take out of the index every copy of text the volume no longer has: deleted or replaced
+    messages, summaries and memories. They are found in a read snapshot (a deleted message is
+    known only by its absence: tenths of a second for a million), then deleted BATCH at a time,
+    each checked again under the write lock; with secure_delete where they stood."""
+    with volume.snapshot() as conn:
+        if index_state(conn) != "present":
+            return
+        stale = [row for (row,) in conn.execute(_STALE_MESSAGES)]
+        texts = conn.execute(f"SELECT EXISTS ({_stale_texts_sql()})").fetchone()[0]
+    for batch in _batches(stale):
+        with _turn(volume) as conn:
+            if not _maintained(conn):
+                return
+            removed = conn.execute(
+                f"DELETE FROM {MESSAGES} WHERE rowid IN ({_STALE_MESSAGES}"
+                " AND c.id IN (SELECT value FROM json_each(?)))",
+                (_ids(batch),),
+            ).rowcount
+            _count_messages(conn, -removed)
+    if texts:
+        with _turn(volume) as conn:
+            if _maintained(conn):
+                conn.execute(f"DELETE FROM {TEXTS} WHERE rowid IN ({_stale_texts_sql()})")
+
+
+def sync_step(conn: sqlite3.Connection) -> bool:
+    """One refresh transaction, after `tidy`: create the index if need be, index again the
+    messages whose ids were reused, and add up to BATCH of the summaries and memories it
+    lacks. What the agent deleted since `tidy` ran (rare) is swept here, BATCH at a time.
+    Returns whether nothing is left but new messages."""
+    for statement in create_statements():
+        conn.execute(statement)
+    found = pending(conn)
+    changed = _ids(found.changed)
+    removed = conn.execute(
+        f"DELETE FROM {MESSAGES} WHERE rowid IN (SELECT value FROM json_each(?))", (changed,)
+    ).rowcount
+    _count_messages(conn, add_messages(conn, MESSAGES, None, 0, found.changed) - removed)
+    if found.gone_messages and found.top is not None:
+        conn.execute(f"DELETE FROM {MESSAGES} WHERE rowid IN ({_STALE_MESSAGES} LIMIT {BATCH})")
+        conn.execute(
+            f"INSERT INTO {MESSAGES} (rowid, text) SELECT m.id, m.content FROM messages m"
+            f" WHERE m.id <= ? AND NOT EXISTS (SELECT 1 FROM {MESSAGES}_content c"
+            f" WHERE c.id = m.id) LIMIT {BATCH}",
+            (found.top,),
+        )
+        _count_messages(conn)
+    if found.gone_texts:
+        conn.execute(f"DELETE FROM {TEXTS} WHERE rowid IN ({_stale_texts_sql()})")
+    add_texts(conn, TEXTS, found.texts[:BATCH])
+    return len(found.texts) <= BATCH and not found.gone_messages
+
+
+def append_step(conn: sqlite3.Connection) -> int:
+    """One refresh transaction: index the next BATCH new messages; returns how many."""
+    top = _scalar(conn, f"SELECT max(id) FROM {MESSAGES}_content")
+    added = add_messages(conn, MESSAGES, top, BATCH)
+    _count_messages(conn, added)
+    return added
+
+
+def refresh(volume: Volume, found: Pending) -> None:
+    """Bring the index up to date in short write transactions (BATCH documents each), so
+    that the agent never waits long for its own writes. `found`: what a snapshot found."""
+    volume.conn.execute("PRAGMA secure_delete = ON")  # a text taken out leaves no copy
+    if found.stale:
+        tidy(volume)
+    while True:
+        with _turn(volume) as conn:
+            if sync_step(conn):
+                break
+    while True:
+        with _turn(volume) as conn:
+            if append_step(conn) < BATCH:
+                break
+
+
+DELTA = {MESSAGES: "search_delta_messages", TEXTS: "search_delta_texts"}
+
+
+def index_lacking(conn: sqlite3.Connection, found: Pending) -> None:
+    """Index what the index lacks into temporary FTS5 tables of this connection (the same
+    definition), so that a search reads it as it reads the index. Call inside the snapshot
+    `found` comes from; they go with its rollback."""
+    for name in DELTA.values():
+        conn.execute(f"DROP TABLE IF EXISTS temp.{name}")
+        conn.execute(f"CREATE VIRTUAL TABLE temp.{name} USING {SEARCH_FTS5}")
+    add_messages(conn, f"temp.{DELTA[MESSAGES]}", found.top, None, found.changed)
+    add_texts(conn, f"temp.{DELTA[TEXTS]}", found.texts)
+
+
+# -- for prune and erase: taking text out of the index with the rows it came from ------------
+
+
+def drop(conn: sqlite3.Connection) -> None:
+    """Drop the index (every object; the next search builds it again)."""
+    for name in SEARCH_TABLES:
+        conn.execute(f"DROP TABLE IF EXISTS {name}")
+    conn.execute(f"DROP TABLE IF EXISTS {SEARCH_STATE}")
+
+
+def _maintained(conn: sqlite3.Connection) -> bool:
+    """Whether there is an index to keep in step; an incomplete one is dropped instead. Call in
+    a write transaction: its gate has refused any object not volumetool's."""
+    state = index_state(conn)
+    if state == "partial":
+        drop(conn)
+    return state == "present"
+
+
+def merge_all(conn: sqlite3.Connection) -> None:
+    """Merge each FTS5 table down to one segment. A deleted document leaves only a tombstone
+    beside its words in the older segments; merging drops both, and with secure_delete the
+    pages they freed are zeroed."""
+    if _maintained(conn):
+        for name in SEARCH_TABLES:
+            conn.execute(f"INSERT INTO {name} ({name}) VALUES ('optimize')")
