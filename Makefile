@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := .demo
 
-.PHONY: demo test lint format bench faults golden mutants report-check clean
+.PHONY: demo test lint format bench faults fuzz golden mutants report-check clean
 
 $(READY): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "volumetool needs Python 3.11 or newer")'
@@ -22,8 +22,9 @@ demo: $(READY)
 	$(BIN)/volumetool sessions $(DEMO) -n 10
 	$(BIN)/volumetool compact $(DEMO) --config $(DEMO)/agent.yaml --dry-run
 
+# One worker a core (pytest-xdist): the suite is mostly subprocesses and SQLite, and halves.
 test: $(READY)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 lint: $(READY)
 	$(BIN)/ruff check volumetool tests bench
@@ -41,6 +42,11 @@ golden: $(READY)
 # A full run rewrites RELIABILITY.md; TRIALS=N (fewer) only prints, or writes to REPORT=PATH.
 faults: $(READY)
 	$(BIN)/python -m tests.faults.kills $(if $(TRIALS),--trials $(TRIALS)) $(if $(REPORT),--report $(REPORT))
+
+# The CLI fuzz test at length (EXAMPLES=20000 by default); rewrites RELIABILITY.md's
+# hostile-input table.
+fuzz: $(READY)
+	$(BIN)/python -m tests.fuzz_report $(if $(EXAMPLES),--examples $(EXAMPLES))
 
 # Mutation testing of the compaction core and the model client; writes tests/MUTANTS.md and
 # fails while a surviving mutant is neither killed nor explained. Takes hours on two cores.

@@ -10,6 +10,7 @@ the volume's logical content as it was.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -26,6 +27,9 @@ from tests.volumes import table_dump
 from volumetool.cli import COMMANDS, cli
 
 EXIT_CODES = {0, 1, 2, 3, 4}
+# `python -m tests.fuzz_report` sets this: each example's verdict is appended there as a line
+# of JSON, for RELIABILITY.md's table.
+REPORT = os.environ.get("FUZZ_REPORT")
 # Commands that only read: the volume must be logically unchanged after them.
 READS = {
     "status",
@@ -208,11 +212,19 @@ def test_no_command_crashes_or_exits_with_a_code_the_spec_does_not_define(
     finally:
         os.chdir(here)
     event(f"exit {result.exit_code}")
-    assert result.exit_code in EXIT_CODES | {130} and result.exit_code != 130, result
     output = result.stdout + result.stderr
-    assert "Traceback" not in output and "internal error" not in output, output[-2000:]
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
-        result.exception
-    )
-    if " ".join(path) in READS:
-        assert table_dump(work / "vol") == before
+    verdict = {
+        "command": " ".join(path),
+        "exit": result.exit_code,
+        "crash": "Traceback" in output
+        or "internal error" in output
+        or not (result.exception is None or isinstance(result.exception, SystemExit)),
+        "wrong_exit": result.exit_code not in EXIT_CODES,
+        "changed": " ".join(path) in READS and table_dump(work / "vol") != before,
+    }
+    if REPORT:
+        with open(REPORT, "a") as out:
+            out.write(json.dumps(verdict) + "\n")
+    assert not verdict["wrong_exit"], result
+    assert not verdict["crash"], (output[-2000:], repr(result.exception))
+    assert not verdict["changed"]

@@ -34,6 +34,7 @@ from pathlib import Path
 from tests.faults.agent import verify as verify_agent
 from tests.legacy import write_legacy
 from tests.model_server import ModelServer
+from tests.reliability import RELIABILITY, hostile_section
 from tests.volumes import VolumeWriter, due_thread
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,6 @@ VT = [sys.executable, "-m", "volumetool"]
 AGENT = [sys.executable, "-m", "tests.faults.agent"]
 KEY = "sk-faults-0123456789abcdefghijkl"
 FULL_TRIALS = 200  # what RELIABILITY.md reports; a shorter run never overwrites it
-RELIABILITY = ROOT / "RELIABILITY.md"
 STATES = ("old", "new", "between", "mixed", "corrupt")
 
 
@@ -867,7 +867,8 @@ def main() -> None:
             f"\n{table}\n(a short run: RELIABILITY.md keeps the full one; --report PATH saves this)"
         )
     else:
-        target.write_text(table + NOTES)
+        kept = hostile_section(target.read_text()) if target.exists() else ""
+        target.write_text(table + kept + NOTES)
         print(f"wrote {target}")
     sys.exit(0 if all(t.clean for t in tallies) else 1)
 
