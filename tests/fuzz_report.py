@@ -35,7 +35,9 @@ def table(verdicts: list[dict], examples: int, took: float) -> str:
         "at their limits; unicode, control characters and empty strings). A crash is a "
         "traceback, an `internal error` or an exception out of the command; a wrong exit code "
         "is one outside 0-4; *changed* counts read commands after which the volume's tables "
-        "differ. A run stops at its first failure, so a clean table is a whole run.",
+        "differ. A run stops at its first failure, so a clean table is a whole run. Random "
+        "argument lists break a usage rule most of the time (exit 2); the last column shows "
+        "how many draws went further.",
         "",
         "| command | inputs tried | crashes | wrong exit codes | changed by a read "
         "| exit 0 / 1 / 2 / 3 / 4 |",
