@@ -11,6 +11,8 @@ each mutant under it.
 
 from __future__ import annotations
 
+import collections
+import json
 import re
 import subprocess
 import sys
@@ -46,6 +48,19 @@ RULES = (
 )
 # Mutants whose reason is their own: name -> reason.
 SINGLES: dict[str, str] = {}
+
+
+def tally() -> dict[str, collections.Counter]:
+    """Per mutated module: how many mutants were killed, survived, timed out or not run yet
+    (mutmut keeps each module's results in mutants/<module>.py.meta)."""
+    status = {1: "killed", 0: "survived", None: "not run", 36: "timeout", -24: "timeout"}
+    counts: dict[str, collections.Counter] = {}
+    for meta in sorted((ROOT / "mutants" / "volumetool").rglob("*.py.meta")):
+        codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
+        if codes:
+            module = str(meta.relative_to(ROOT / "mutants")).removesuffix(".meta")
+            counts[module] = collections.Counter(status.get(c, "killed") for c in codes.values())
+    return counts
 
 
 def survivors() -> list[str]:
@@ -98,6 +113,19 @@ def main() -> int:
         "  test, is the judge of, and its parse cache outlives mutmut's forks.",
         "- Lines that are nothing but message text (a continued string, a docstring line): tests",
         "  check what a message says by its fragments; XX-wrapped prose is not a behaviour.",
+        "",
+        "| module | mutants | killed | survived (all explained below) | timeout | not run |",
+        "|---|---|---|---|---|---|",
+    ]
+    counts = tally()
+    for module, c in [*counts.items(), ("all", sum(counts.values(), collections.Counter()))]:
+        lines.append(
+            f"| {module if module == 'all' else f'`{module}`'} | {c.total():,} | {c['killed']:,}"
+            f" | {c['survived']:,} | {c['timeout']:,} | {c['not run']:,} |"
+        )
+    lines += [
+        "",
+        "A timeout is a mutant that made the tests run forever (a loop that never ends): caught.",
         "",
         "| mutant | change | why it survives |",
         "|---|---|---|",

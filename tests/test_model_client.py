@@ -1,13 +1,35 @@
-"""The model client against the real test server: retries, Retry-After, usage, typed errors."""
+"""The model client against the real test server: retries, Retry-After, usage, typed errors;
+then how it reads what went wrong, one input at a time: Retry-After in each form HTTP and the
+providers use, the error bodies servers send, the exceptions a connection fails with, and the
+status codes. Expected values come from the providers' documentation (OpenAI, Anthropic,
+vLLM, LiteLLM, FastAPI) and from SPEC section 6 ("Endpoints"), not from the code."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
+import ssl
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 
+import httpx
 import pytest
 
 from tests.model_server import ModelServer
-from volumetool.model_client import Endpoint, ModelClient, ModelError, RetryPolicy
+from volumetool.model_client import (
+    Endpoint,
+    ModelClient,
+    ModelError,
+    RetryPolicy,
+    _anthropic,
+    _Malformed,
+    classify,
+    connection_failure,
+    error_details,
+    parse_retry_after,
+    redact,
+)
 
 KEY = "sk-client-abcdefghijklmnopqrstuvwxyz012345"
 
@@ -246,3 +268,323 @@ def test_a_malformed_answer_names_its_request(server):
     server.fault = "malformed"
     error, _ = run(server, attempts=1)
     assert error.request_id == "req_test_1" and "request req_test_1" in str(error)
+
+
+# -- reading what went wrong, one input at a time ----------------------------------------
+
+
+def retry_after(**headers: str) -> float | None:
+    return parse_retry_after(httpx.Headers({k.replace("_", "-"): v for k, v in headers.items()}))
+
+
+def http_date(seconds_from_now: float, zone: str = "GMT") -> str:
+    moment = datetime.now(UTC) + timedelta(seconds=seconds_from_now)
+    text = format_datetime(moment, usegmt=True)
+    return text if zone == "GMT" else text.replace("GMT", zone)
+
+
+# -- Retry-After (RFC 9110 10.2.3: delay-seconds or an HTTP-date; OpenAI: retry-after-ms) ----
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry_after_ms": "1500"}, 1.5),
+        ({"retry_after_ms": "0"}, 0.0),
+        ({"retry_after_ms": "1500", "retry_after": "9"}, 1.5),
+        ({"retry_after_ms": "soon", "retry_after": "3"}, 3.0),
+        ({"retry_after_ms": "-5", "retry_after": "3"}, 3.0),
+        ({"retry_after": "7"}, 7.0),
+        ({"retry_after": " 7 "}, 7.0),
+        ({"retry_after": "0.5"}, 0.5),
+        ({"retry_after": "0"}, 0.0),
+        ({"retry_after": "-1"}, None),
+        ({"retry_after": "inf"}, None),
+        ({"retry_after": "nan"}, None),
+        ({"retry_after": "soon"}, None),
+        ({"retry_after": ""}, None),
+        ({}, None),
+    ],
+)
+def test_retry_after_in_seconds_and_milliseconds(headers, expected):
+    assert retry_after(**headers) == expected
+
+
+def test_retry_after_as_an_http_date_is_the_time_left_until_it():
+    assert retry_after(retry_after=http_date(60)) == pytest.approx(60, abs=2)
+    assert retry_after(retry_after=http_date(-3600)) == 0.0  # already past: go now
+
+
+def test_retry_after_as_a_date_without_a_zone_is_not_a_date():
+    # "-0000" is RFC 5322's "local time unknown": parsedate_to_datetime gives it no zone
+    assert retry_after(retry_after=http_date(60, zone="-0000")) is None
+
+
+def test_a_retry_after_is_waited_for_in_full():
+    policy = RetryPolicy(jitter=lambda: 1.0)
+    for attempt in (1, 2, 3):
+        assert policy.delay(attempt, 12.0) >= 12.0
+        assert policy.delay(attempt, 12.0) <= 12.0 + policy.max_delay
+
+
+# -- error bodies -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # OpenAI and LiteLLM
+        (
+            b'{"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",'
+            b' "code": "invalid_api_key"}}',
+            ("Incorrect API key provided", "invalid_api_key"),
+        ),
+        # Anthropic
+        (
+            b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}',
+            ("Overloaded", "overloaded_error"),
+        ),
+        # LiteLLM's numeric code and its "None" say nothing the status does not
+        (
+            b'{"error": {"message": "m", "type": "None", "code": "400"}}',
+            ("m", None),
+        ),
+        (
+            b'{"error": {"message": "m", "code": "None", "type": "invalid_request_error"}}',
+            ("m", "invalid_request_error"),
+        ),
+        # a plain-text error
+        (b'{"error": "model not found"}', ("model not found", None)),
+        # vLLM
+        (
+            b'{"object": "error", "message": "too long", "type": "BadRequestError", "code": 400}',
+            ("too long", "BadRequestError"),
+        ),
+        # FastAPI, and a bare message
+        (b'{"detail": "Not Found"}', ("Not Found", None)),
+        (b'{"detail": [{"msg": "champ requis \xc3\xa9"}]}', ('[{"msg": "champ requis é"}]', None)),
+        (b'{"message": "Forbidden"}', ("Forbidden", None)),
+        # nothing to say
+        (b'{"ok": false}', (None, None)),
+        (b"[1, 2]", (None, None)),
+        # an HTML error page from a proxy: its words
+        (
+            b"<html><head><title>502</title></head><body><h1>502 Bad Gateway</h1>"
+            b"<hr><center>nginx</center></body></html>",
+            ("502 502 Bad Gateway nginx", None),
+        ),
+        # bytes that are not UTF-8 are replaced, not an error
+        (b"\xff\xfe bad gateway", ("\ufffd\ufffd bad gateway", None)),
+        (b"", (None, None)),
+    ],
+)
+def test_error_bodies_of_every_common_shape(body, expected):
+    assert error_details(body) == expected
+
+
+def test_error_texts_are_bounded():
+    message, _ = error_details(b"word " * 1000)
+    assert len(message) == 300
+    detail, _ = error_details(b'{"detail": ["' + b"x" * 1000 + b'"]}')
+    assert len(detail) == 300
+    _, kind = error_details(b'{"error": {"message": "m", "code": "' + b"c" * 100 + b'"}}')
+    assert kind == "c" * 80
+    # only the first 2,000 bytes of a page are read
+    assert error_details(b"<" + b"x" * 1998 + b">" + b"hidden") == (None, None)
+
+
+# -- failures without an answer -----------------------------------------------------------
+
+
+def chained(outer: BaseException, inner: BaseException) -> BaseException:
+    outer.__cause__ = inner
+    return outer
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason", "endpoint_wide", "retryable"),
+    [
+        (
+            chained(httpx.ConnectError("x"), socket.gaierror(-5, "No address for hostname")),
+            "DNS failure: the host does not resolve",
+            True,
+            False,
+        ),
+        (
+            httpx.ConnectError("[Errno -2] Name or service not known"),
+            "DNS failure: the host does not resolve",
+            True,
+            False,
+        ),
+        (
+            httpx.ConnectError("[Errno -3] Temporary failure in name resolution"),
+            "DNS failure: the host does not resolve",
+            True,
+            False,
+        ),
+        (
+            chained(httpx.ConnectError("x"), ssl.SSLCertVerificationError("verify failed")),
+            "TLS failure",
+            True,
+            False,
+        ),
+        (
+            httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"),
+            "TLS failure",
+            True,
+            False,
+        ),
+        (
+            chained(httpx.ConnectError("x"), ConnectionRefusedError(errno.ECONNREFUSED, "r")),
+            "connection refused",
+            True,
+            True,
+        ),
+        (
+            chained(httpx.ConnectError("x"), OSError(errno.ECONNREFUSED, "r")),
+            "connection refused",
+            True,
+            True,
+        ),
+        (httpx.ConnectError("All connection attempts failed"), "connection refused", True, True),
+        (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused", True, True),
+        (
+            chained(httpx.ReadError("x"), ConnectionResetError(errno.ECONNRESET, "reset")),
+            "connection error (ReadError)",
+            False,
+            True,
+        ),
+        (
+            ExceptionGroup("pool", [ValueError("v"), socket.gaierror(-2, "x")]),
+            "DNS failure: the host does not resolve",
+            True,
+            False,
+        ),
+    ],
+)
+def test_connection_failures_say_what_failed_and_whether_it_is_the_endpoint(
+    exc, reason, endpoint_wide, retryable
+):
+    error = connection_failure(exc, "127.0.0.1:9")
+    assert (error.reason, error.endpoint_wide, error.retryable) == (
+        reason,
+        endpoint_wide,
+        retryable,
+    )
+
+
+def test_every_cause_is_read_once_even_in_a_cycle():
+    dns = socket.gaierror(-2, "x")
+    top = httpx.ConnectError("x")
+    middle = httpx.ConnectError("y")
+    top.__cause__, top.__context__ = dns, middle
+    middle.__context__ = top  # a cycle: must end, and must not hide the DNS error
+    assert connection_failure(top, "h").reason == "DNS failure: the host does not resolve"
+
+
+# -- HTTP error answers -------------------------------------------------------------------
+
+
+def error(status: int, message: str | None = None, kind: str | None = None, **kw) -> ModelError:
+    return classify(
+        status,
+        message,
+        kind,
+        secret=kw.pop("secret", "s3cret-value-not-key-shaped"),
+        where="h",
+        request_id=None,
+        retry_after=None,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "kind", "retryable", "endpoint_wide", "too_long"),
+    [
+        (400, "bad", "invalid_request_error", False, False, False),
+        (401, "bad key", "authentication_error", False, True, False),
+        (402, None, None, False, True, False),  # payment required: quota
+        (403, "no", "permission_error", False, True, False),
+        (404, "no such model", "not_found_error", False, True, False),
+        (408, None, None, True, False, False),
+        (409, None, None, True, False, False),
+        (410, None, None, False, False, False),
+        (413, None, None, False, False, True),  # Anthropic's request_too_large status
+        (429, "slow down", "rate_limit_error", True, False, False),
+        # OpenAI's quota error comes as a 429 and must not be retried
+        (429, "You exceeded your current quota", "insufficient_quota", False, True, False),
+        (429, "You exceeded your current quota, check your plan", None, False, True, False),
+        (400, "m", "billing_not_active", False, True, False),
+        (400, "This model's maximum context length is 8192", None, False, False, True),
+        (
+            400,
+            "prompt is too long: 210000 tokens > 200000",
+            "invalid_request_error",
+            False,
+            False,
+            True,
+        ),
+        (400, "m", "context_length_exceeded", False, False, True),
+        (400, "m", "string_above_max_length", False, False, True),
+        (500, None, None, True, False, False),
+        (529, "Overloaded", "overloaded_error", True, False, False),
+    ],
+)
+def test_http_errors_by_status_and_provider_code(
+    status, message, kind, retryable, endpoint_wide, too_long
+):
+    e = error(status, message, kind)
+    assert (e.retryable, e.endpoint_wide, e.too_long) == (retryable, endpoint_wide, too_long)
+
+
+def test_the_servers_own_x_should_retry_wins_except_over_quota():
+    assert error(400, "m", None, should_retry="true").retryable is True
+    assert error(503, "m", None, should_retry="false").retryable is False
+    assert error(429, "quota", None, should_retry="true").retryable is False
+    assert error(503, "m", None, should_retry="maybe").retryable is True
+
+
+def test_the_reason_names_status_kind_and_message_never_the_key():
+    secret = "s3cret-value-not-key-shaped"
+    e = error(401, f"bad key {secret} " + "xy " * 200, "invalid_api_key", secret=secret)
+    assert e.reason.startswith("HTTP 401 invalid_api_key: bad key [redacted] xy")
+    assert secret not in e.reason
+    assert len(e.reason) == len("HTTP 401 invalid_api_key: ") + 300  # the message's first 300
+    assert error(500).reason == "HTTP 500"
+
+
+def test_a_reasoning_model_that_refuses_max_tokens_says_which_setting_to_change():
+    e = error(400, "Unsupported parameter: 'max_tokens'. Use 'max_completion_tokens' instead.")
+    assert e.reason.startswith("HTTP 400: Unsupported parameter")
+    assert e.reason.endswith(" — set model.max_tokens_param: max_completion_tokens")
+    assert e.endpoint_wide
+    assert not error(500, "max_completion_tokens").endpoint_wide
+
+
+def test_keys_are_redacted_by_value_and_by_shape():
+    assert redact("key s3cret here", "s3cret") == "key [redacted] here"
+    assert redact("sk-proj-abcdefgh1234 here", "") == "[redacted] here"
+    assert redact("a" * 40, "") == "[redacted]"
+
+
+# -- a malformed answer still costs tokens --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "what"),
+    [
+        ("text", "no content list"),
+        (["text"], "a content block is not an object"),
+        ([{"type": "text"}], "a text block without text"),
+    ],
+)
+def test_a_malformed_anthropic_answer_keeps_its_usage(content, what):
+    payload = {
+        "content": content,
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 120, "output_tokens": 7},
+    }
+    with pytest.raises(_Malformed) as caught:
+        _anthropic(payload, "req_1")
+    assert str(caught.value) == what
+    assert (caught.value.usage.input_tokens, caught.value.usage.output_tokens) == (120, 7)
