@@ -683,6 +683,14 @@ def test_retention_is_reported_and_a_lossy_summary_can_be_refused(run_cli, volum
     assert outcome["status"] == "compacted" and outcome["missing_facts"]
     [event] = table_dump(volume["path"])["audit"][-1:]
     assert json.loads(event[3])["missing_facts"] == outcome["missing_facts"]
+    # the summary history keeps the same figures beside the summary it wrote
+    kept = sqlite3.connect(volume["path"]).execute(
+        "SELECT summary, saved_tokens, retention, missing_facts FROM compactions WHERE run_id = ?",
+        (outcome["run_id"],),
+    )
+    [(summary, saved, retention, missing)] = kept.fetchall()
+    assert summary == server.summary and saved == outcome["saved_tokens"]
+    assert retention == outcome["retention"] and json.loads(missing) == outcome["missing_facts"]
 
 
 def test_a_refusal_keeps_nothing(run_cli, volume, server):

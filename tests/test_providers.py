@@ -404,6 +404,32 @@ def test_a_fold_too_long_for_the_model_is_summarized_in_parts(server, tmp_path):
     assert before["memories"] == table_dump(w.path)["memories"]
 
 
+@pytest.mark.parametrize("fault", ["content_filter", "refusal", "truncated", "empty"])
+def test_only_a_prompt_too_long_is_sent_again_in_parts(server, tmp_path, fault):
+    """A fold large enough to halve, and an answer that is refused for another reason: one
+    request, not one for each half (SPEC 6: a failure must not repeat)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "long", turns=40)
+    w.close()
+    server.fault = fault
+    [outcome], code = compact([str(w.path)], request(server))
+    assert (outcome.status, code) == ("failed", 1)
+    assert len(server.requests) == 1
+
+
+def test_an_answer_stopped_by_the_models_window_is_sent_again_in_parts(server, tmp_path):
+    """Anthropic's stop_reason model_context_window_exceeded: the prompt left the answer no
+    room, so the fold goes again in halves, as for a prompt too long."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "long", turns=40)
+    w.close()
+    server.queue("window_exceeded")
+    [outcome], code = compact([str(w.path)], request(server, "anthropic"))
+    assert (outcome.status, code) == ("compacted", 0), outcome
+    assert [r["fault"] for r in server.requests][:2] == ["window_exceeded", None]
+    assert len(server.requests) >= 3  # the halves
+
+
 def test_max_input_tokens_splits_before_any_refusal(server, tmp_path):
     w = VolumeWriter(tmp_path / "agent.db")
     due_thread(w, "long", turns=30)
