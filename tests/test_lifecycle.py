@@ -269,6 +269,65 @@ def test_erased_text_is_in_no_byte_of_the_file_its_wal_or_shm(tmp_path, run_cli,
     assert run_cli("check", path).exit_code == 0
 
 
+def test_text_copied_from_the_conversation_into_runs_and_audit_is_erased_too(tmp_path, run_cli):
+    """A failed compaction's error names the facts its summary missed, a refusal quotes the
+    model, and the agent's own events may quote a tool's arguments: all of it text from the
+    conversation, kept beside the thread's runs and events. The figures stay; the text goes."""
+    path, agent = conversation(tmp_path)
+    [(ana,)] = agent.conn.execute(
+        "SELECT id FROM sessions WHERE conversation_key = 'telegram:ana' AND status = 'active'"
+    ).fetchall()
+    failed = agent.run(
+        "INSERT INTO runs (session_id, trigger, model, status, input_tokens, started_at, error)"
+        " VALUES (?, 'compaction', 'tiny', 'error', 1234, 't', ?)",
+        ana,
+        f"below --min-retention 0.9; missing: {MARKER}",
+    )
+    agent.run(
+        "INSERT INTO audit (ts, event, detail, session_id, run_id) VALUES ('t', 'compaction', ?,"
+        " ?, ?)",
+        json.dumps(
+            {
+                "action": "failed",
+                "reason": f"the model refused: {MARKER}",
+                "model": "tiny",
+                "retention": 0.5,
+                "dry": False,
+            }
+        ),
+        ana,
+        failed,
+    )
+    agent.run(
+        "INSERT INTO audit (ts, event, detail, session_id, actor) VALUES ('t', 'permission', ?,"
+        " ?, 'agent')",
+        json.dumps({"action": "allow", "tool": "shell", "args": f"echo {MARKER}"}),
+        ana,
+    )
+    agent.run(
+        "INSERT INTO audit (ts, event, detail, session_id, actor) VALUES ('t', 'note', ?, ?,"
+        " 'agent')",
+        f"not json {MARKER}",
+        ana,
+    )
+    result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", "ana.", "--yes")
+    assert result.exit_code == 0, result
+    assert holds(path, MARKER) == []
+    [(error, tokens, session)] = query(
+        path, "SELECT error, input_tokens, session_id FROM runs WHERE id = ?", failed
+    )
+    assert (tokens, session) == (1234, None) and error and MARKER not in error
+    details = query(path, "SELECT event, detail FROM audit WHERE session_id IS NULL ORDER BY id")
+    assert [(event, json.loads(detail)) for event, detail in details if event != "erase"] == [
+        ("compaction", {"action": "compacted", "saved_tokens": 9}),
+        ("compaction", {"action": "failed", "model": "tiny", "retention": 0.5, "dry": False}),
+        ("permission", {"action": "allow"}),
+        ("note", {}),
+    ]
+    agent.conn.close()
+    assert run_cli("check", path).exit_code == 0
+
+
 def test_erase_deletes_every_thread_under_the_key_and_detaches_their_runs(tmp_path, run_cli):
     path, agent = conversation(tmp_path)
     others = table_dump(path, ("identity",))

@@ -90,24 +90,32 @@ def _count(conn: sqlite3.Connection, memories_prefix: str | None = None) -> Dele
     return Deletion(*counts, memories=memories)
 
 
-def _delete_threads(conn: sqlite3.Connection, redact_audit: bool) -> None:
+# What an erase keeps of a detached audit event: its figures (numbers, booleans, null) and
+# the words that say what happened (`action`, `model`, `key`); any other text may be copied
+# from the conversation — the facts a summary missed, a refusal quoting the model, a tool's
+# arguments in the agent's own events — and goes with it.
+_ERASED_DETAIL = """CASE WHEN json_valid(detail) AND json_type(detail) = 'object' THEN
+  (SELECT json_group_object(key, CASE type WHEN 'true' THEN json('true')
+                                          WHEN 'false' THEN json('false') ELSE value END)
+   FROM json_each(detail)
+   WHERE type IN ('integer', 'real', 'true', 'false', 'null')
+      OR (type = 'text' AND key IN ('action', 'model', 'key')))
+  ELSE '{}' END"""
+# A detached run's error is text about the conversation just as often (`missing: …`).
+_ERASED_ERROR = "CASE WHEN error IS NULL THEN NULL ELSE 'erased with its thread' END"
+
+
+def _delete_threads(conn: sqlite3.Connection, erasing: bool) -> None:
     """Delete the chosen threads with their messages and kept summaries; detach their runs
-    and audit events. (Their copies in the search index go afterwards, `index.tidy`.)"""
+    and audit events, and when `erasing`, keep of them only what is not the conversation's
+    text. (Their copies in the search index go afterwards, `index.tidy`.)"""
     doomed = f"IN (SELECT id FROM {_DOOMED})"
     conn.execute(f"DELETE FROM compactions WHERE session_id {doomed}")
     conn.execute(f"DELETE FROM messages WHERE session_id {doomed}")
-    conn.execute(f"UPDATE runs SET session_id = NULL WHERE session_id {doomed}")
-    # What volumetool copied from the conversation into an audit event: the facts a summary
-    # missed. The rest of an event (its action, counts, a key) is the trail, and stays.
-    redacted = (
-        "CASE WHEN json_valid(detail) AND json_type(detail) = 'object'"
-        " THEN json_remove(detail, '$.missing_facts') ELSE detail END"
-        if redact_audit
-        else "detail"
-    )
-    conn.execute(
-        f"UPDATE audit SET session_id = NULL, detail = {redacted} WHERE session_id {doomed}"
-    )
+    error = _ERASED_ERROR if erasing else "error"
+    conn.execute(f"UPDATE runs SET session_id = NULL, error = {error} WHERE session_id {doomed}")
+    detail = _ERASED_DETAIL if erasing else "detail"
+    conn.execute(f"UPDATE audit SET session_id = NULL, detail = {detail} WHERE session_id {doomed}")
     conn.execute(f"DELETE FROM sessions WHERE id {doomed}")
     conn.execute(f"DROP TABLE {_DOOMED}")
 
@@ -147,7 +155,7 @@ def prune(conn: sqlite3.Connection, before: str) -> Deletion:
     if not done.threads:
         conn.execute(f"DROP TABLE {_DOOMED}")
         return done
-    _delete_threads(conn, redact_audit=False)
+    _delete_threads(conn, erasing=False)
     audit.record(
         conn,
         "thread",
@@ -209,7 +217,7 @@ def erase_rows(conn: sqlite3.Connection, key: str, memories_prefix: str | None) 
     one write transaction, with secure_delete on."""
     done = plan_erase(conn, key, memories_prefix)
     _choose(conn, _UNDER_KEY, (key,))
-    _delete_threads(conn, redact_audit=True)
+    _delete_threads(conn, erasing=True)
     where, params = _memories_where(memories_prefix)
     conn.execute(f"DELETE FROM memories WHERE {where}", params)
     audit.record(
