@@ -446,6 +446,18 @@ def chained(outer: BaseException, inner: BaseException) -> BaseException:
             True,
             True,
         ),
+        (
+            httpx.ConnectError("[SSL: WRONG_VERSION_NUMBER] wrong version number"),
+            "TLS failure",
+            True,
+            False,
+        ),
+        (
+            httpx.ConnectError("hostname 'x' doesn't match, certificate is not valid for it"),
+            "TLS failure",
+            True,
+            False,
+        ),
         (httpx.ConnectError("All connection attempts failed"), "connection refused", True, True),
         (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused", True, True),
         (
@@ -471,6 +483,7 @@ def test_connection_failures_say_what_failed_and_whether_it_is_the_endpoint(
         endpoint_wide,
         retryable,
     )
+    assert error.where == "127.0.0.1:9"  # the message names the endpoint
 
 
 def test_every_cause_is_read_once_even_in_a_cycle():
