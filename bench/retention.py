@@ -266,7 +266,7 @@ class Measured:
 # counted as compaction's: it answers the fold with the summary and a small fold with a line.
 SERVER = """
 import sys
-from tests.model_server import ModelServer
+from tests.support.model_server import ModelServer
 summary = open(sys.argv[1], encoding="utf-8").read()
 with ModelServer() as server:
     server.answer = lambda body: summary if len(server.conversation(body)) > 10_000 else "Ok."

@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.legacy import legacy_from_current  # noqa: E402
-from tests.model_server import ModelServer  # noqa: E402
+from tests.support.legacy import legacy_from_current  # noqa: E402
+from tests.support.model_server import ModelServer  # noqa: E402
 from volumetool.format import SEARCH_FTS5  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache"

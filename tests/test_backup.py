@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.volumes import VolumeWriter, table_dump
+from tests.support.volumes import VolumeWriter, table_dump
 
 VT = [sys.executable, "-m", "volumetool"]
 ROOT = Path(__file__).resolve().parents[1]

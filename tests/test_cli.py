@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.volumes import VolumeWriter, table_dump
+from tests.support.volumes import VolumeWriter, table_dump
 from volumetool.cli import COMMANDS, cli
 
 

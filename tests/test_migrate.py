@@ -16,9 +16,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_clean_error, examples
-from tests.legacy import write_legacy
+from tests.support.legacy import write_legacy
+from tests.support.volumes import VolumeWriter, file_digest, table_dump
 from tests.test_schema import ROOT, normalized_schema
-from tests.volumes import VolumeWriter, file_digest, table_dump
 from volumetool import migrations as migrations_module
 from volumetool.create import create_volume
 from volumetool.migrations import LEGACY_TABLES_0X, migrations

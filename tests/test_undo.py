@@ -12,8 +12,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
-from tests.model_server import ModelServer
-from tests.volumes import VolumeWriter, due_thread, table_dump
+from tests.support.model_server import ModelServer
+from tests.support.volumes import VolumeWriter, due_thread, table_dump
 from volumetool.compaction.run import Request, compact
 from volumetool.compaction.store import thread_due
 from volumetool.compaction.undo import undo

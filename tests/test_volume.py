@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.volumes import VolumeWriter, file_digest
+from tests.support.volumes import VolumeWriter, file_digest
 from volumetool.create import create_volume
 
 READ_COMMANDS = [
