@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from volumetool.atomic import create_volume
 from volumetool.compaction import run
 from volumetool.compaction.plan import Message, plan_fold
 from volumetool.compaction.retention import (
@@ -51,7 +52,6 @@ from volumetool.compaction.retention import (
     retention_of,
 )
 from volumetool.compaction.store import load_thread
-from volumetool.create import create_volume
 from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
 from volumetool.volume import connect
 

@@ -20,7 +20,7 @@ from tests.support.legacy import write_legacy
 from tests.support.volumes import VolumeWriter, file_digest, table_dump
 from tests.test_schema import ROOT, normalized_schema
 from volumetool import migrations as migrations_module
-from volumetool.create import create_volume
+from volumetool.atomic import create_volume
 from volumetool.migrations import LEGACY_TABLES_0X, migrations
 
 CALL = [

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import assert_clean_error
 from tests.support.volumes import VolumeWriter, file_digest
-from volumetool.create import create_volume
+from volumetool.atomic import create_volume
 
 READ_COMMANDS = [
     ["status"],

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from volumetool.atomic import remove_stale_stages
 from volumetool.backup import backup
-from volumetool.create import remove_stale_stages
 from volumetool.errors import Interrupted, ProblemsFound, SchemaMismatch, VolumetoolError
 from volumetool.format import BOOKKEEPING_TABLES, MIGRATIONS, Schema
 from volumetool.volume import (
