@@ -650,7 +650,7 @@ def _fk_file() -> sqlite3.Connection:
     ],
 )
 def test_each_migration_is_checked_for_rows_pointing_nowhere(migration, dangling):
-    from volumetool.migrate import _dangling_after, _tables
+    from volumetool.upgrade import _dangling_after, _tables
 
     conn = _fk_file()
     tables, changes = _tables(conn), conn.total_changes
