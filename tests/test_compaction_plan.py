@@ -124,7 +124,7 @@ settings_strategy = st.builds(
 @given(settings_strategy, runs, st.integers(0, 6))
 def test_due_is_exactly_the_rule(memory, facts, turns):
     due = check_due(memory, facts, turns)
-    assert due.due == expected_due(memory, facts, turns)
+    assert due.is_due == expected_due(memory, facts, turns)
     assert due.reason
 
 
@@ -136,14 +136,14 @@ def test_due_is_exactly_the_rule(memory, facts, turns):
 )
 def test_compaction_runs_never_count_toward_the_trigger(facts, turns, compactions):
     """However large a compaction run's own figure, adding it never makes a thread due."""
-    before = check_due(ON, facts, turns).due
+    before = check_due(ON, facts, turns).is_due
     extra = [
         RunFact(i, "compaction", s, t)
         for i, t in compactions
         for s in ("ok", "error")
         if i not in {f.id for f in facts}
     ]
-    after = check_due(ON, facts + extra, turns).due
+    after = check_due(ON, facts + extra, turns).is_due
     assert after <= before
 
 
@@ -157,8 +157,8 @@ def test_no_op_cases_say_why():
     after = [*agent, RunFact(2, "compaction", "ok", 900000)]
     assert "since the last compaction" in check_due(ON, after, 5).reason
     failed = [*agent, RunFact(2, "compaction", "error", None)]
-    assert check_due(ON, failed, 5).due  # a failed compaction changed nothing: still due
-    assert check_due(ON, agent, 3).due
+    assert check_due(ON, failed, 5).is_due  # a failed compaction changed nothing: still due
+    assert check_due(ON, agent, 3).is_due
 
 
 def test_summary_request_renders_tool_calls_and_results():
@@ -291,5 +291,5 @@ def test_an_archived_thread_is_never_due_in_the_store(tmp_path):
     s = due_thread(w, "k")
     w.close()
     conn = sqlite3.connect(w.path)
-    assert thread_due(conn, s, ON).due
-    assert not thread_due(conn, s, ON, active=False).due
+    assert thread_due(conn, s, ON).is_due
+    assert not thread_due(conn, s, ON, active=False).is_due

@@ -90,7 +90,7 @@ def test_undo_restores_messages_summary_and_due_state(server, tmp_path):
     session = due_thread(w, "k", turns=6)
     w.close()
     before = state(w.path, session)
-    assert before[2].due
+    assert before[2].is_due
     [outcome], _ = compact([str(w.path)], request(server))
     assert outcome.status == "compacted"
     assert state(w.path, session) != before
