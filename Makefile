@@ -65,7 +65,7 @@ report-check: $(READY)
 	REQUIRE_CHROMIUM=1 $(BIN)/python -m pytest tests/test_report.py -q -k "chromium or tidy"
 
 bench: $(READY)
-	$(BIN)/python bench/run.py $(if $(QUICK),--quick)
+	$(BIN)/python -m bench.run $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) $(DEMO) bench/.cache .hypothesis *.egg-info

@@ -2,8 +2,8 @@
 compaction's local work, measured in the same run; and how well it tells good summaries from
 lossy ones on the corpus in tests/data/retention.
 
-    .venv/bin/python bench/retention.py     # both folds, 9 runs each
-    python bench/run.py --only retention    # the same figures as rows of `make bench`
+    .venv/bin/python -m bench.retention     # both folds, 9 runs each
+    python -m bench.run --only retention    # the same figures as rows of `make bench`
 
 Two folds of about 1 MB built from the conversations of the retention corpus, their digits
 varied copy by copy: an agent thread, where conversation is a tenth of the bytes and tool
@@ -40,12 +40,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from volumetool.compaction import run  # noqa: E402
-from volumetool.compaction.plan import Message, plan_fold  # noqa: E402
-from volumetool.compaction.retention import (  # noqa: E402
+from volumetool.atomic import create_volume
+from volumetool.compaction import run
+from volumetool.compaction.plan import Message, plan_fold
+from volumetool.compaction.retention import (
     Fact,
     Retention,
     _parsed,
@@ -53,10 +51,11 @@ from volumetool.compaction.retention import (  # noqa: E402
     measure,
     retention_of,
 )
-from volumetool.compaction.store import load_thread  # noqa: E402
-from volumetool.create import create_volume  # noqa: E402
-from volumetool.settings import AgentConfig, MemorySettings, ModelSettings  # noqa: E402
-from volumetool.volume import connect  # noqa: E402
+from volumetool.compaction.store import load_thread
+from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
+from volumetool.volume import connect
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SIZE = 1_000_000
 RUNS = 9
@@ -266,7 +265,7 @@ class Measured:
 # counted as compaction's: it answers the fold with the summary and a small fold with a line.
 SERVER = """
 import sys
-from tests.model_server import ModelServer
+from tests.support.model_server import ModelServer
 summary = open(sys.argv[1], encoding="utf-8").read()
 with ModelServer() as server:
     server.answer = lambda body: summary if len(server.conversation(body)) > 10_000 else "Ok."

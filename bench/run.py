@@ -1,8 +1,8 @@
 """`make bench`: every performance claim of volumetool, measured beside a baseline in the same
 run on the same data, as whole commands a user would type (process start included).
 
-    python bench/run.py            # the full run; writes BENCHMARKS.md
-    python bench/run.py --quick    # small fixtures, under a minute, for before a commit
+    python -m bench.run            # the full run; writes BENCHMARKS.md
+    python -m bench.run --quick    # small fixtures, under a minute, for before a commit
 
 Fixtures are built with `volumetool demo` (and the tests' legacy and model-server helpers) and
 cached in bench/.cache between runs. Each row reports the median and the spread (min-max) of
@@ -26,16 +26,16 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
+from tests.support.legacy import legacy_from_current
+from tests.support.model_server import ModelServer
+from volumetool import listings
+from volumetool.format import SEARCH_FTS5
+from volumetool.volume import Volume
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.legacy import legacy_from_current  # noqa: E402
-from tests.model_server import ModelServer  # noqa: E402
-from volumetool.format import SEARCH_FTS5  # noqa: E402
-
 CACHE = ROOT / "bench" / ".cache"
 BIN = Path(sys.executable).parent
 PY = sys.executable
@@ -196,39 +196,20 @@ def startup_rows(scale: Scale) -> list[Row]:
     return rows
 
 
-STATUS_SQL = """
-SELECT status, count(*) FROM sessions GROUP BY status;
-SELECT count(*) FROM messages;
-SELECT count(*) FROM messages WHERE folded_by IS NULL;
-SELECT trigger, count(*) FROM runs GROUP BY trigger ORDER BY trigger;
-SELECT count(*) FROM runs WHERE status = 'error';
-SELECT sum(input_tokens), sum(output_tokens),
-  sum(CASE WHEN trigger = 'compaction' THEN input_tokens END),
-  sum(CASE WHEN trigger = 'compaction' THEN output_tokens END) FROM runs;
-SELECT event, count(*) FROM audit GROUP BY event ORDER BY event;
-SELECT max(updated_at) FROM sessions;
-SELECT created_at FROM messages ORDER BY id DESC LIMIT 1;
-SELECT coalesce(finished_at, started_at) FROM runs ORDER BY id DESC LIMIT 1;
-SELECT ts FROM audit ORDER BY id DESC LIMIT 1;
-SELECT max(updated_at) FROM memories;
-SELECT count(*) FROM memories;
-SELECT value FROM identity WHERE key = 'name';
-"""
-SESSIONS_SQL = """SELECT s.id, s.conversation_key, s.channel, s.status,
-  (SELECT count(*) FROM messages m WHERE m.session_id = s.id AND m.folded_by IS NULL
-     AND m.role = 'user'),
-  (SELECT count(*) FROM messages m WHERE m.session_id = s.id AND m.folded_by IS NULL),
-  s.summary IS NOT NULL,
-  (SELECT r.last_input_tokens FROM runs r WHERE r.session_id = s.id
-     AND r.trigger != 'compaction' ORDER BY r.id DESC LIMIT 1),
-  (SELECT count(*) FROM runs r WHERE r.session_id = s.id AND r.trigger = 'compaction'
-     AND r.status = 'ok'),
-  s.created_at, s.updated_at
-FROM sessions s WHERE s.status = 'active' ORDER BY s.updated_at DESC, s.id DESC LIMIT 51"""
-RUNS_SQL = """SELECT r.*, s.conversation_key FROM runs r LEFT JOIN sessions s
-  ON s.id = r.session_id WHERE r.trigger = 'compaction' ORDER BY r.id DESC LIMIT 51"""
-AUDIT_SQL = """SELECT a.*, s.conversation_key FROM audit a LEFT JOIN sessions s
-  ON s.id = a.session_id WHERE a.event = 'memory' ORDER BY a.id DESC LIMIT 51"""
+def script(statements: list[str]) -> str:
+    """Traced statements as one sqlite3 script, without the `-- PRAGMA` lines SQLite traces
+    for the statements a table-valued pragma runs inside another."""
+    return "".join(f"{s};\n" for s in statements if not s.startswith("--"))
+
+
+def library_sql(large: Path, read: Callable[[Volume], object]) -> str:
+    """What a read of the library runs on a volume past the schema gate, traced with its
+    parameters inlined, as one sqlite3 script: the queries themselves, never a copy of them."""
+    statements: list[str] = []
+    with Volume(large, readonly=True) as volume:
+        volume.conn.set_trace_callback(statements.append)
+        read(volume)
+    return script(statements)
 
 
 def inspect_rows(scale: Scale, large: Path) -> list[Row]:
@@ -237,28 +218,30 @@ def inspect_rows(scale: Scale, large: Path) -> list[Row]:
         (
             "status --json",
             [VT, "status", large, "--json"],
-            STATUS_SQL,
+            library_sql(large, listings.status),
             "< 1 s and < 3x sqlite3",
             lambda r: r.ours.median < 1 and r.ratio < 3,
         ),
         (
             "sessions -n 50",
             [VT, "sessions", large, "-n", "50"],
-            SESSIONS_SQL,
+            library_sql(large, lambda v: list(listings.sessions(v.conn, limit=50))),
             "< 0.3 s",
             lambda r: r.ours.median < 0.3,
         ),
         (
             "runs --trigger compaction -n 50",
             [VT, "runs", large, "--trigger", "compaction", "-n", "50"],
-            RUNS_SQL,
+            library_sql(
+                large, lambda v: list(listings.runs(v.conn, trigger="compaction", limit=50))
+            ),
             "< 0.3 s",
             lambda r: r.ours.median < 0.3,
         ),
         (
             "audit --event memory -n 50",
             [VT, "audit", large, "--event", "memory", "-n", "50"],
-            AUDIT_SQL,
+            library_sql(large, lambda v: list(listings.audit(v.conn, event="memory", limit=50))),
             "< 0.3 s",
             lambda r: r.ours.median < 0.3,
         ),
@@ -484,7 +467,7 @@ def report_row(scale: Scale, large: Path) -> Row:
     ours = measure([VT, "report", large, "-o", out], scale.runs)
     size = out.stat().st_size
     out.unlink()
-    base = measure(sqlite3_cli(large, REPORT_SQL), scale.runs)
+    base = measure(sqlite3_cli(large, library_sql(large, listings.status) + REPORT_SQL), scale.runs)
     row = Row(
         f"report ({scale.sessions:,} threads)",
         "< 2 s and < 2 MB of HTML",
@@ -499,9 +482,7 @@ def report_row(scale: Scale, large: Path) -> Row:
 
 # What `report` reads beyond the status totals, for its baseline: tokens and compactions per
 # day of the last 30, every active thread's latest figures, the largest threads.
-REPORT_SQL = (
-    STATUS_SQL
-    + """
+REPORT_SQL = """
 SELECT substr(started_at, 1, 10) AS day, trigger, count(*), sum(input_tokens), sum(output_tokens)
   FROM runs WHERE started_at >= date('now', '-29 days') GROUP BY day, trigger;
 SELECT substr(r.started_at, 1, 10) AS day, r.status, count(*), sum(c.saved_tokens)
@@ -516,7 +497,6 @@ FROM sessions s LEFT JOIN runs a ON a.id = (SELECT max(r.id) FROM runs r
 WHERE s.status = 'active';
 SELECT session_id, count(*) AS n FROM messages GROUP BY session_id ORDER BY n DESC LIMIT 20;
 """
-)
 
 
 def compaction_rows(scale: Scale) -> list[Row]:
@@ -590,31 +570,28 @@ def compaction_rows(scale: Scale) -> list[Row]:
     return rows
 
 
-def fleet_sql() -> str:
-    """What `status VOLUME…` runs on each volume, as one sqlite3 script: the schema gate's
-    reads (migration records, then the four schema reads of the trust check) and the row."""
-    from volumetool.timefmt import iso
-    from volumetool.volume import _COLUMNS_SQL, _FOREIGN_KEYS_SQL, _INDEX_COLUMNS_SQL, _OBJECTS_SQL
+def fleet_sql(path: str) -> str:
+    """What `status VOLUME…` runs on a volume, traced from the library on this one as one
+    sqlite3 script: the schema gate's reads (migration records, then the schema reads of the
+    trust check, as for a fleet's first volume: a shell loop has no verdict to reuse) and the
+    row."""
+    from volumetool import fleet, volume
 
-    since = iso(datetime.now(UTC) - timedelta(hours=24))
-    return ";\n".join(
-        [
-            "SELECT name FROM sqlite_master WHERE type='table'",
-            "SELECT name, applied_at FROM _sqlite_migrations"
-            " WHERE migration_set = 'agent-volume' ORDER BY rowid",
-            _OBJECTS_SQL,
-            _COLUMNS_SQL,
-            _FOREIGN_KEYS_SQL,
-            _INDEX_COLUMNS_SQL,
-            "SELECT status, count(*) FROM sessions GROUP BY status",
-            "SELECT coalesce(sum(input_tokens), 0) + coalesce(sum(output_tokens), 0),"
-            " count(CASE WHEN status = 'error' THEN 1 END) FROM runs"
-            f" WHERE started_at >= '{since}'",
-            "SELECT count(*), count(CASE WHEN status = 'error' THEN 1 END),"
-            " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0) FROM runs",
-            "SELECT value FROM identity WHERE key = 'name'",
-        ]
-    )
+    volume._VERDICTS.clear()
+    statements: list[str] = []
+    connect = volume.connect
+
+    def traced(*args, **kwargs) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    volume.connect = traced
+    try:
+        fleet.volume_status(path, now=datetime.now(UTC))
+    finally:
+        volume.connect = connect
+    return script(statements)
 
 
 def fleet_rows(scale: Scale) -> list[Row]:
@@ -629,7 +606,7 @@ def fleet_rows(scale: Scale) -> list[Row]:
     fleet = cached(f"fleet-{scale.fleet}", build)
     volumes = sorted(str(p) for p in fleet.iterdir())
     loop = 'sql=$1; shift; for v in "$@"; do sqlite3 -readonly "$v/agent.db" "$sql" || exit 1; done'
-    base = measure(["sh", "-c", loop, "sh", fleet_sql(), *volumes], scale.runs)
+    base = measure(["sh", "-c", loop, "sh", fleet_sql(volumes[0]), *volumes], scale.runs)
     rows = []
     for name, args in (
         ("--json -n 0", ["--json", "-n", "0"]),
@@ -1389,7 +1366,7 @@ were written first and used to tune; 9 (`holdout-*`) were written afterwards and
   Recall limits seen there: an Italian date (`15 dicembre 2026`), an id ending in a letter
   (`SHF-2027-01-N`) and a kebab name without digits (`acme-analytics`) are not extracted.
 
-**Cost.** The `fact retention` rows above; `python bench/retention.py` prints the same. Two
+**Cost.** The `fact retention` rows above; `python -m bench.retention` prints the same. Two
 folds of about 1 MB made of the corpus conversations (each copy's digits permuted): an agent
 thread, where talk is a tenth of the bytes and tool results (log files read) the rest, and a
 worst case of talk only. Each is one thread of a volume, compacted in the bench process against

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 
-from tests.volumes import VolumeWriter
+from tests.support.volumes import VolumeWriter
 from volumetool.cli import cli
 
 settings.register_profile(

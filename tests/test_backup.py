@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.volumes import VolumeWriter, table_dump
+from tests.support.volumes import VolumeWriter, table_dump
 
 VT = [sys.executable, "-m", "volumetool"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -210,8 +210,8 @@ def dead_pid() -> int:
 
 
 def test_only_stages_of_processes_that_are_gone_are_removed(vol, tmp_path):
+    from volumetool.atomic import stage_prefix
     from volumetool.backup import remove_killed_backups
-    from volumetool.create import stage_prefix
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.volumes import VolumeWriter, table_dump
+from tests.support.volumes import VolumeWriter, table_dump
 from volumetool.cli import COMMANDS, cli
 
 
@@ -101,7 +101,7 @@ def test_start_up_does_not_import_heavy_libraries(args):
 
 
 def test_read_commands_do_not_import_sqlite_utils_or_httpx(tmp_path):
-    from volumetool.create import create_volume
+    from volumetool.atomic import create_volume
 
     path = create_volume(tmp_path / "agent.db", "a")
     code = LIGHT.format(args=["status", str(path), "--json"]).replace(

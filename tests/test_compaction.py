@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.model_server import ModelServer
-from tests.volumes import VolumeWriter, due_thread, table_dump
+from tests.support.model_server import ModelServer
+from tests.support.volumes import VolumeWriter, due_thread, table_dump
 from volumetool.volume import volume_lock
 
 KEY = "sk-test-7f3a9c0b1d2e4f5a6b7c8d9e0f1a2b3c"

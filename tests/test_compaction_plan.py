@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
-from tests.oracle import expected_fold
+from tests.support.oracle import expected_fold
+from tests.support.strategies import transcripts
 from volumetool.compaction.plan import (
     Message,
     RunFact,
@@ -26,43 +27,6 @@ from volumetool.compaction.prompt import (
 from volumetool.settings import MemorySettings
 
 ON = MemorySettings(scope="thread", compact_at_tokens=50_000)
-
-
-@st.composite
-def transcripts(draw, max_turns: int = 8) -> list[Message]:
-    """Live transcripts: a prefix, then turns with tool calls and results. Sometimes a result
-    arrives after the next user message, as when the agent is busy."""
-    text = st.text(max_size=12)
-    messages: list[tuple] = []
-    for _ in range(draw(st.integers(0, 2))):
-        messages.append(("system", draw(text), None, None))
-    if draw(st.booleans()):
-        messages.append(("assistant", draw(text), None, None))
-    late: list[str] = []
-    call = 0
-    for _ in range(draw(st.integers(0, max_turns))):
-        messages.append(("user", draw(text), None, None))
-        for pending in late:
-            messages.append(("tool", draw(text), None, pending))
-        late = []
-        for _ in range(draw(st.integers(0, 2))):
-            ids = [f"c{call + n}" for n in range(draw(st.integers(1, 2)))]
-            call += len(ids)
-            calls = json.dumps(
-                [
-                    {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
-                    for i in ids
-                ]
-            )
-            messages.append(("assistant", "", calls, None))
-            for i in ids:
-                if draw(st.integers(0, 9)) == 0:
-                    late.append(i)
-                else:
-                    messages.append(("tool", draw(text), None, i))
-        if draw(st.booleans()):
-            messages.append(("assistant", draw(text), None, None))
-    return [Message(n + 1, *m) for n, m in enumerate(messages)]
 
 
 def calls_and_results(messages):
@@ -160,7 +124,7 @@ settings_strategy = st.builds(
 @given(settings_strategy, runs, st.integers(0, 6))
 def test_due_is_exactly_the_rule(memory, facts, turns):
     due = check_due(memory, facts, turns)
-    assert due.due == expected_due(memory, facts, turns)
+    assert due.is_due == expected_due(memory, facts, turns)
     assert due.reason
 
 
@@ -172,14 +136,14 @@ def test_due_is_exactly_the_rule(memory, facts, turns):
 )
 def test_compaction_runs_never_count_toward_the_trigger(facts, turns, compactions):
     """However large a compaction run's own figure, adding it never makes a thread due."""
-    before = check_due(ON, facts, turns).due
+    before = check_due(ON, facts, turns).is_due
     extra = [
         RunFact(i, "compaction", s, t)
         for i, t in compactions
         for s in ("ok", "error")
         if i not in {f.id for f in facts}
     ]
-    after = check_due(ON, facts + extra, turns).due
+    after = check_due(ON, facts + extra, turns).is_due
     assert after <= before
 
 
@@ -193,8 +157,8 @@ def test_no_op_cases_say_why():
     after = [*agent, RunFact(2, "compaction", "ok", 900000)]
     assert "since the last compaction" in check_due(ON, after, 5).reason
     failed = [*agent, RunFact(2, "compaction", "error", None)]
-    assert check_due(ON, failed, 5).due  # a failed compaction changed nothing: still due
-    assert check_due(ON, agent, 3).due
+    assert check_due(ON, failed, 5).is_due  # a failed compaction changed nothing: still due
+    assert check_due(ON, agent, 3).is_due
 
 
 def test_summary_request_renders_tool_calls_and_results():
@@ -320,12 +284,12 @@ def test_instructions_add_to_the_prompt_and_never_replace_it():
 def test_an_archived_thread_is_never_due_in_the_store(tmp_path):
     import sqlite3
 
-    from tests.volumes import VolumeWriter, due_thread
+    from tests.support.volumes import VolumeWriter, due_thread
     from volumetool.compaction.store import thread_due
 
     w = VolumeWriter(tmp_path / "agent.db")
     s = due_thread(w, "k")
     w.close()
     conn = sqlite3.connect(w.path)
-    assert thread_due(conn, s, ON).due
-    assert not thread_due(conn, s, ON, active=False).due
+    assert thread_due(conn, s, ON).is_due
+    assert not thread_due(conn, s, ON, active=False).is_due

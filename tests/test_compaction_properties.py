@@ -20,9 +20,9 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
-from tests.model_server import ACCEPTED, CONTROL_SUMMARY, ModelServer
-from tests.oracle import expected_fold, replaced_size, turns_of
-from tests.volumes import VolumeWriter, table_dump
+from tests.support.model_server import ACCEPTED, CONTROL_SUMMARY, ModelServer
+from tests.support.oracle import expected_fold, replaced_size, turns_of
+from tests.support.volumes import VolumeWriter, table_dump
 from volumetool.compaction.run import Request, compact
 from volumetool.model_client import RetryPolicy
 from volumetool.settings import AgentConfig, MemorySettings, ModelSettings

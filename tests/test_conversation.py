@@ -20,7 +20,7 @@ from markdown_it import MarkdownIt
 from wcwidth import wcswidth
 
 from tests.conftest import assert_clean_error
-from tests.volumes import VolumeWriter
+from tests.support.volumes import VolumeWriter
 from volumetool import demo
 from volumetool.cli import terminal
 from volumetool.conversation import ViewOptions, markdown, text_lines

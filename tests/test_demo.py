@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.volumes import table_dump
+from tests.support.volumes import table_dump
 from volumetool import demo
 
 

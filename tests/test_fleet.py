@@ -25,11 +25,11 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as text_format
 
 from tests.conftest import assert_clean_error
-from tests.legacy import write_legacy
-from tests.model_server import ModelServer
-from tests.volumes import VolumeWriter, due_thread
+from tests.support.legacy import write_legacy
+from tests.support.model_server import ModelServer
+from tests.support.volumes import VolumeWriter, due_thread
+from volumetool.atomic import create_volume
 from volumetool.compaction.run import Outcome
-from volumetool.create import create_volume
 from volumetool.metrics import Metric, compaction_metrics, exposition
 from volumetool.shard import Shard, in_shard, parse_shard, shard_key
 

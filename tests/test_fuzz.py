@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
-from tests.volumes import table_dump
+from tests.support.volumes import table_dump
 from volumetool.cli import COMMANDS, cli
 
 EXIT_CODES = {0, 1, 2, 3, 4}

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.volumes import VolumeWriter
+from tests.support.volumes import VolumeWriter
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_clean_error
+from tests.support.volumes import VolumeWriter, file_digest, table_dump
 from tests.test_threads import query
-from tests.volumes import VolumeWriter, file_digest, table_dump
 
 # One token each, lowercase: the search index keeps it whole as a term (after the few first
 # characters it may share with the term before it), so a grep for its tail finds it there too.

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_clean_error
-from tests.volumes import VolumeWriter, file_digest
-from volumetool.create import create_volume
+from tests.support.volumes import VolumeWriter, file_digest
+from volumetool.atomic import create_volume
 from volumetool.memories import KEY_MAX_CHARS, key_problem
 
 

@@ -16,11 +16,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_clean_error, examples
-from tests.legacy import write_legacy
+from tests.support.legacy import write_legacy
+from tests.support.volumes import VolumeWriter, file_digest, table_dump
 from tests.test_schema import ROOT, normalized_schema
-from tests.volumes import VolumeWriter, file_digest, table_dump
 from volumetool import migrations as migrations_module
-from volumetool.create import create_volume
+from volumetool.atomic import create_volume
 from volumetool.migrations import LEGACY_TABLES_0X, migrations
 
 CALL = [
@@ -650,7 +650,7 @@ def _fk_file() -> sqlite3.Connection:
     ],
 )
 def test_each_migration_is_checked_for_rows_pointing_nowhere(migration, dangling):
-    from volumetool.migrate import _dangling_after, _tables
+    from volumetool.upgrade import _dangling_after, _tables
 
     conn = _fk_file()
     tables, changes = _tables(conn), conn.total_changes

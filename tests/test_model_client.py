@@ -16,7 +16,7 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from tests.model_server import ModelServer
+from tests.support.model_server import ModelServer
 from volumetool.model_client import (
     Endpoint,
     ModelClient,

@@ -1,6 +1,6 @@
 """compact against every answer the loopback server can give, as real providers give them
-(tests/model_server.py): what counts as a summary, what is retried, what stops the run from
-calling again, and that every failure leaves the transcript byte-identical with its cost in
+(tests/support/model_server.py): what counts as a summary, what is retried, what stops the run
+from calling again, and that every failure leaves the transcript byte-identical with its cost in
 `runs`."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.model_server import ACCEPTED, FAULTS, ModelServer
-from tests.volumes import VolumeWriter, due_thread, table_dump
+from tests.support.model_server import ACCEPTED, FAULTS, ModelServer
+from tests.support.volumes import VolumeWriter, due_thread, table_dump
 from volumetool.compaction.run import Request, compact
 from volumetool.model_client import RetryPolicy
 from volumetool.settings import AgentConfig, MemorySettings, ModelSettings

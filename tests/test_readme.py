@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.model_server import ModelServer
+from tests.support.model_server import ModelServer
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.volumes import VolumeWriter
+from tests.support.volumes import VolumeWriter
 from volumetool.render import Listing, OutputFormat, flat, render
 
 # SQLite text cannot hold lone surrogates; everything else is fair game.

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_clean_error, examples
-from tests.volumes import VolumeWriter, due_thread
+from tests.support.volumes import VolumeWriter, due_thread
 from volumetool.report.charts import compact, nice_ticks
 from volumetool.report.gather import read_volume, window
 from volumetool.report.page import page
@@ -386,7 +386,7 @@ def test_headless_chromium_renders_the_page_and_prints_it_on_a4(tmp_path, run_cl
 def test_a_volume_to_migrate_is_named_with_what_to_do_and_a_planted_trigger_is_shown(
     tmp_path, run_cli
 ):
-    from tests.legacy import write_legacy
+    from tests.support.legacy import write_legacy
 
     planted = write_volume(tmp_path / "agent.db")
     conn = sqlite3.connect(planted)

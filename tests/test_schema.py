@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sqlite_utils
 
-from volumetool.create import create_volume
+from volumetool.atomic import create_volume
 from volumetool.format import CURRENT_SCHEMA, MIGRATIONS, SEARCH_FTS5, compare
 from volumetool.migrations import migrations
 from volumetool.volume import read_schema

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import assert_clean_error, examples
+from tests.support.volumes import VolumeWriter, file_digest
 from tests.test_threads import query
-from tests.volumes import VolumeWriter, file_digest
 from volumetool.errors import UnusableInput
 from volumetool.format import SEARCH_FTS5
 from volumetool.search.find import SearchRequest, check_expression, search

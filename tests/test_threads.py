@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.volumes import VolumeWriter
+from tests.support.volumes import VolumeWriter
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
-from tests.model_server import ModelServer
-from tests.volumes import VolumeWriter, due_thread, table_dump
+from tests.support.model_server import ModelServer
+from tests.support.volumes import VolumeWriter, due_thread, table_dump
 from volumetool.compaction.run import Request, compact
 from volumetool.compaction.store import thread_due
 from volumetool.compaction.undo import undo
@@ -90,7 +90,7 @@ def test_undo_restores_messages_summary_and_due_state(server, tmp_path):
     session = due_thread(w, "k", turns=6)
     w.close()
     before = state(w.path, session)
-    assert before[2].due
+    assert before[2].is_due
     [outcome], _ = compact([str(w.path)], request(server))
     assert outcome.status == "compacted"
     assert state(w.path, session) != before

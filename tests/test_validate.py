@@ -520,7 +520,7 @@ def test_nesting_deeper_than_volumetool_reads_is_a_finding():
 def test_config_show_and_compact_read_the_config_from_stdin(run_cli, tmp_path):
     shown = json.loads(run_cli("config", "show", "-", "--json", input=GOOD).stdout)
     assert shown["compaction"]["summary_model"] == "gpt-4.1-mini"
-    from volumetool.create import create_volume
+    from volumetool.atomic import create_volume
 
     path = create_volume(tmp_path / "agent.db", "a")
     result = run_cli("compact", path, "--config", "-", "--dry-run", "--json", input=GOOD)

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.volumes import VolumeWriter, file_digest
-from volumetool.create import create_volume
+from tests.support.volumes import VolumeWriter, file_digest
+from volumetool.atomic import create_volume
 
 READ_COMMANDS = [
     ["status"],

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from volumetool.create import dead_stages, remove_stage, stage_owner, stage_prefix, staged_file
+from volumetool.atomic import dead_stages, remove_stage, stage_owner, stage_prefix, staged_file
 from volumetool.errors import ProblemsFound, UnusableInput
 from volumetool.volume import Volume
 

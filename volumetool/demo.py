@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from volumetool.create import create_volume, staged_file
+from volumetool.atomic import create_volume, staged_file
 
 THRESHOLD = 50_000
 MAIN_MODEL = "gpt-4.1"

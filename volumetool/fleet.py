@@ -80,7 +80,7 @@ def count_due(conn: sqlite3.Connection, memory: MemorySettings) -> int:
     if not memory.compaction_enabled:
         return 0
     candidates = active_threads(conn, threshold=memory.compact_at_tokens)
-    return sum(thread_due(conn, session_id, memory).due for session_id, _ in candidates)
+    return sum(thread_due(conn, session_id, memory).is_due for session_id, _ in candidates)
 
 
 def _error_text(exc: VolumetoolError, path: Path) -> str:

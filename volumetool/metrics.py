@@ -276,7 +276,7 @@ def write_textfile(path: Path, text: str) -> None:
     """Replace `path` with `text` atomically (a temporary file in the same directory, renamed),
     readable by all, so that node_exporter never reads half a file; the temporary name starts
     with a dot and does not end in .prom, so the collector never reads it either."""
-    from volumetool.create import staged_file
+    from volumetool.atomic import staged_file
 
     try:
         with staged_file(path, mode=0o644, replace=True) as tmp:

@@ -31,15 +31,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.faults.agent import verify as verify_agent
-from tests.legacy import write_legacy
-from tests.model_server import ModelServer
 from tests.reliability import RELIABILITY, hostile_section
-from tests.volumes import VolumeWriter, due_thread
+from tests.support.agent import verify as verify_agent
+from tests.support.legacy import write_legacy
+from tests.support.model_server import ModelServer
+from tests.support.volumes import VolumeWriter, due_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 VT = [sys.executable, "-m", "volumetool"]
-AGENT = [sys.executable, "-m", "tests.faults.agent"]
+AGENT = [sys.executable, "-m", "tests.support.agent"]
 KEY = "sk-faults-0123456789abcdefghijkl"
 FULL_TRIALS = 200  # what RELIABILITY.md reports; a shorter run never overwrites it
 STATES = ("old", "new", "between", "mixed", "corrupt")

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from tests.faults.agent import assert_all_ran_beside_it
 from tests.faults.kills import ROOT, VT
-from tests.model_server import ModelServer
-from tests.volumes import VolumeWriter, due_thread
+from tests.support.agent import assert_all_ran_beside_it
+from tests.support.model_server import ModelServer
+from tests.support.volumes import VolumeWriter, due_thread
 
 KEY = "sk-concurrency-0123456789abcdefgh"
 
@@ -51,7 +51,7 @@ def test_nothing_the_agent_writes_is_lost_and_nobody_is_locked_out(tmp_path, ser
             out.write(json.dumps({"key": f"imported.{n}", "value": f"v{n}"}) + "\n")
     env = {**os.environ, "TEST_MODEL_KEY": KEY, "PYTHONPATH": str(ROOT)}
     agent = subprocess.Popen(
-        [sys.executable, "-m", "tests.faults.agent", str(path), "4", *keys, "other:1"],
+        [sys.executable, "-m", "tests.support.agent", str(path), "4", *keys, "other:1"],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.faults.kills import ROOT, VT
-from tests.legacy import write_legacy
-from tests.volumes import VolumeWriter, file_digest, table_dump
+from tests.support.legacy import write_legacy
+from tests.support.volumes import VolumeWriter, file_digest, table_dump
 
 
 def build(directory: Path) -> Path:

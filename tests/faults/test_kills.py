@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from tests.faults.kills import FULL_TRIALS, RELIABILITY, ROOT, all_paths, report_path, run_path
-from tests.model_server import ModelServer
+from tests.support.model_server import ModelServer
 
 TRIALS = int(os.environ.get("FAULT_TRIALS", "3"))
 

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from tests.faults.agent import assert_all_ran_beside_it
 from tests.faults.kills import ERASE_MARKER, ROOT, VT, bulk_threads, integrity_ok, rows
-from tests.volumes import VolumeWriter
+from tests.support.agent import assert_all_ran_beside_it
+from tests.support.volumes import VolumeWriter
 
 AGENT_KEYS = ["live:1", "live:2", "live:3"]
 
@@ -45,7 +45,7 @@ def test_search_prune_and_erase_beside_the_agent_lose_nothing_and_lock_out_nobod
 ):
     path = volume(tmp_path, journal)
     agent = subprocess.Popen(
-        [sys.executable, "-m", "tests.faults.agent", str(path), "6", *AGENT_KEYS],
+        [sys.executable, "-m", "tests.support.agent", str(path), "6", *AGENT_KEYS],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,

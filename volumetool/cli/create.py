@@ -23,7 +23,7 @@ def init(volume: str, name: str) -> None:
     Example:
       volumetool init ./support-bot/ --name support-bot
     """
-    from volumetool.create import create_volume
+    from volumetool.atomic import create_volume
     from volumetool.volume import resolve_new
 
     path = create_volume(resolve_new(volume), name)
@@ -68,7 +68,7 @@ def demo(volume: str, sessions: int, seed: int, name: str, config_out: str | Non
     from pathlib import Path
 
     from volumetool import demo as demo_volume
-    from volumetool.create import refuse_existing
+    from volumetool.atomic import refuse_existing
     from volumetool.volume import resolve_new
 
     path = resolve_new(volume)

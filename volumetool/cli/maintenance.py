@@ -55,7 +55,7 @@ def migrate(
     """
     from volumetool.cli import show_error
     from volumetool.errors import VolumetoolError, worst_exit_code
-    from volumetool.migrate import MIGRATION_FIELDS, migration_rows
+    from volumetool.upgrade import MIGRATION_FIELDS, migration_rows
     from volumetool.volume import Volume, resolve
 
     codes = []
@@ -88,7 +88,7 @@ def migrate(
 
 
 def _migrate_one(path, read_only: bool, make_backup: bool, wait: float, busy_timeout: float):
-    from volumetool.migrate import migrate, recorded_schema
+    from volumetool.upgrade import migrate, recorded_schema
     from volumetool.volume import Volume, open_for_write
 
     if read_only:

@@ -143,7 +143,7 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     """
     from pathlib import Path
 
-    from volumetool.create import replaceable_mode, staged_file
+    from volumetool.atomic import replaceable_mode, staged_file
     from volumetool.memories import EXPORT_STARTS
     from volumetool.memories import export as write_export
     from volumetool.volume import Volume

@@ -68,7 +68,7 @@ class RunFact:
 
 @dataclass(frozen=True)
 class Due:
-    due: bool
+    is_due: bool
     reason: str
     last_input_tokens: int | None = None
     threshold: int | None = None

@@ -265,7 +265,7 @@ class _Planner:
         request = self.request
         facts = thread_facts(conn, session_id)
         due = check_due(request.config.memory, facts.runs, facts.live_turns)
-        if not due.due and not request.force:
+        if not due.is_due and not request.force:
             if request.key is not None:
                 self.skip(key, session_id, f"not due: {due.reason} (--force compacts anyway)", due)
             return

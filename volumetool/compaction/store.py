@@ -132,7 +132,7 @@ def annotate_due(
     """sessions --due: each listed thread with a `due` column."""
     for row in rows:
         due = thread_due(conn, row["id"], settings, active=row["status"] == "active")
-        yield {**row, "due": due.due}
+        yield {**row, "due": due.is_due}
 
 
 # -- the three endings -----------------------------------------------------------------------

@@ -64,7 +64,7 @@ class ThreadSize:
 
     @property
     def due_now(self) -> bool:
-        return self.due is not None and self.due.due
+        return self.due is not None and self.due.is_due
 
 
 @dataclass

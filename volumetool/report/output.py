@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from volumetool.create import replaceable_mode, staged_file
+from volumetool.atomic import replaceable_mode, staged_file
 from volumetool.report.page import DOCTYPE
 
 

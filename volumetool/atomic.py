@@ -1,8 +1,9 @@
-"""Creating agent files: `init`, and the atomic file creation that `demo` also uses.
-
-A new file is built under a temporary name in the target directory and linked into place only
-when complete, so a crash leaves either no file or a whole one, and an existing file is never
-overwritten (the link fails instead).
+"""Atomic files: every file volumetool writes whole (a new volume, a backup, an export, a
+report page, a metrics file) is built under a temporary name in the target directory and
+linked into place only when complete (`staged_file`, `publish`), or renamed over the file it
+may replace, so a crash leaves either the old file or a whole new one, and a new file never
+overwrites an existing one (the link fails instead). `create_volume` is `init`'s (and `demo`'s)
+new agent file, made that way.
 """
 
 from __future__ import annotations

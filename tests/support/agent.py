@@ -1,7 +1,7 @@
 """A simulated agent: appends turns, runs, memories and audit events to its volume at a high
 rate, one transaction per turn as the runtime does, and reports what it committed.
 
-    python -m tests.faults.agent DB SECONDS KEY [KEY...]  ->  JSON on stdout
+    python -m tests.support.agent DB SECONDS KEY [KEY...]  ->  JSON on stdout
 
 SIGTERM ends it early, after the turn in progress. AGENT_MEMORIES=0 leaves memories alone.
 

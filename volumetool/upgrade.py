@@ -1,5 +1,7 @@
-"""`migrate`: bringing agent files to the current format, backup first, one transaction per
-migration, checks after. Runtime 0.x files are recognized and migrated like any other."""
+"""Upgrading an agent file to the current format (the `migrate` command): the pending
+migrations of the set in migrations.py applied backup first, one transaction per migration,
+checks after; and `--list`'s rows. Runtime 0.x files are recognized and migrated like any
+other."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from volumetool.atomic import remove_stale_stages
 from volumetool.backup import backup
-from volumetool.create import remove_stale_stages
 from volumetool.errors import Interrupted, ProblemsFound, SchemaMismatch, VolumetoolError
 from volumetool.format import BOOKKEEPING_TABLES, MIGRATIONS, Schema
 from volumetool.volume import (

@@ -8,7 +8,7 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from volumetool.create import create_volume
+from volumetool.atomic import create_volume
 from volumetool.timefmt import iso
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
