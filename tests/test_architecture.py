@@ -28,6 +28,7 @@ PURE = (
     "volumetool.compaction.retention",
     "volumetool.shard",
     "volumetool.metrics",
+    "volumetool.search.query",
 )
 
 
