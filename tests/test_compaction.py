@@ -131,8 +131,22 @@ def test_compacts_the_due_thread_only(run_cli, volume, server):
     for table in ("identity", "memories"):
         assert dump[table] == before[table]
     [event] = dump["audit"][len(before["audit"]) :]
-    assert (event[2], event[5], event[6]) == ("compaction", outcome["run_id"], "volumetool")
-    assert json.loads(event[3])["action"] == "compacted"
+    [(finished,)] = rows(
+        volume["path"], "SELECT finished_at FROM runs WHERE id = ?", outcome["run_id"]
+    )
+    assert event[1:3] == (finished, "compaction") and event[4:] == (
+        volume["due"],
+        outcome["run_id"],
+        "volumetool",
+    )
+    assert json.loads(event[3]) == {
+        "action": "compacted",
+        "model": "tiny-model",
+        "folded_messages": 10,
+        "saved_tokens": outcome["saved_tokens"],
+        "retention": 0.0,
+        "missing_facts": ["deploy/values.yaml"],
+    }
     assert json.loads(event[3])["saved_tokens"] == outcome["saved_tokens"]
     other = [r for r in before["sessions"] if r[0] != volume["due"]]
     assert [r for r in dump["sessions"] if r[0] != volume["due"]] == other
@@ -285,9 +299,23 @@ def test_a_thread_changed_during_the_call_is_a_conflict(run_cli, volume, server,
     assert rows(volume["path"], "SELECT count(*) FROM messages WHERE folded_by IS NOT NULL") == [
         (0,)
     ]
-    [(detail, actor, run_id)] = rows(volume["path"], "SELECT detail, actor, run_id FROM audit")
-    assert json.loads(detail)["action"] == "conflict" and actor == "volumetool"
-    assert run_id == outcome["run_id"]
+    [(ts, detail, session_id, actor, run_id)] = rows(
+        volume["path"], "SELECT ts, detail, session_id, actor, run_id FROM audit"
+    )
+    assert (session_id, actor, run_id) == (volume["due"], "volumetool", outcome["run_id"])
+    assert rows(volume["path"], "SELECT finished_at FROM runs WHERE id = ?", run_id) == [(ts,)]
+    assert json.loads(detail) == {
+        "action": "conflict",
+        "reason": outcome["error"],
+        "model": "tiny-model",
+        "input_tokens": 1200,  # what the call cost is in the event too
+        "output_tokens": 80,
+        "retention": 0.0,
+        "missing_facts": ["deploy/values.yaml"],
+    }
+    assert {"new": "archived (/new)", "summary": "summary changed", "reset": "deleted"}[
+        change
+    ] in outcome["error"]
     # and it shows in the /status totals
     totals = json.loads(run_cli("status", volume["path"], "--json").stdout)
     assert totals["tokens"]["compaction_input"] == 1200

@@ -174,6 +174,9 @@ def test_every_failure_leaves_the_transcript_byte_identical_and_costs_one_run(
         outcome.error,
         "volumetool",
     )
+    # the event belongs to the thread and the run, at the moment the run ended
+    assert (event[1], event[4], event[5]) == (run[10], run[1], run[0])
+    assert detail["model"] == "tiny" and run[1] is not None
     assert "\n" not in outcome.error and "\x1b" not in outcome.error
     assert KEY not in outcome.error and KEY[3:15] not in outcome.error
 

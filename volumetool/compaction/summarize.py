@@ -30,17 +30,14 @@ MAX_HALVINGS = 6  # "prompt too long" answers before giving up: a 64th of the fi
 class Summary:
     text: str
     usage: Usage
-    calls: int
-    parts: int
 
 
 class SummaryFailed(Exception):
-    """No summary. `calls` says how many requests were sent (0: nothing was spent)."""
+    """No summary; `usage` is what the requests that were sent cost."""
 
-    def __init__(self, reason: str, usage: Usage, calls: int, unusable: bool = False) -> None:
+    def __init__(self, reason: str, usage: Usage, unusable: bool = False) -> None:
         super().__init__(reason)
         self.usage = usage
-        self.calls = calls
         self.unusable = unusable  # the endpoint was known unusable before this thread's call
 
 
@@ -110,7 +107,7 @@ async def summarize(
             raise SummaryRejected("nothing to summarize")
         summary = check_shorter(summary_so_far, previous_summary, fold)
     except EndpointUnusable as exc:
-        raise SummaryFailed(str(exc), usage, calls, unusable=calls == 0) from None
+        raise SummaryFailed(str(exc), usage, unusable=calls == 0) from None
     except (ModelError, SummaryRejected) as exc:
-        raise SummaryFailed(str(exc), usage, calls) from None
-    return Summary(summary, usage, calls, parts)
+        raise SummaryFailed(str(exc), usage) from None
+    return Summary(summary, usage)
