@@ -106,9 +106,12 @@ def survivors() -> list[str]:
 
 
 def diff_of(name: str) -> str:
-    out = subprocess.run(
-        [*MUTMUT, "show", name], capture_output=True, text=True, cwd=ROOT, check=True
-    ).stdout
+    for _ in range(3):  # a `mutmut run` writing its files meanwhile can fail a read
+        done = subprocess.run([*MUTMUT, "show", name], capture_output=True, text=True, cwd=ROOT)
+        if done.returncode == 0:
+            break
+    done.check_returncode()
+    out = done.stdout
     lines = [line for line in out.splitlines() if re.match(r"^[-+](?![-+])", line)]
     return "\n".join(lines)
 

@@ -35,6 +35,35 @@ def calls_and_results(messages):
     return calls, results
 
 
+def test_not_shorter_counts_the_previous_summary_and_the_fold_and_equal_is_not_shorter():
+    """SPEC 6: a summary not shorter than what it replaces is a failure; what it replaces is
+    the previous summary and the folded messages (tool calls included)."""
+    fold = [Message(1, "user", "x" * 300), Message(2, "assistant", "", tool_calls="c" * 100)]
+    previous = "p" * 200
+    assert check_shorter("s" * 599, previous, fold) == "s" * 599
+    for summary, earlier in (("s" * 600, previous), ("s" * 400, None)):
+        try:
+            check_shorter(summary, earlier, fold)
+        except SummaryRejected as exc:
+            assert f"({len(summary):,} characters) is not shorter" in str(exc)
+        else:
+            raise AssertionError(f"accepted {len(summary)} characters")
+
+
+def test_a_refusal_or_an_odd_finish_reason_is_quoted_within_bounds():
+    """Text from the model server goes into runs and audit: bounded, whatever it sends."""
+    for finish, refusal, quoted, limit in (
+        ("stop", "r" * 500, "r", 200),
+        ("f" * 100, None, "f", 40),
+    ):
+        try:
+            accept_answer("openai", "ok", finish, refusal, False)
+        except SummaryRejected as exc:
+            assert quoted * limit in str(exc) and quoted * (limit + 1) not in str(exc)
+        else:
+            raise AssertionError("accepted")
+
+
 @settings(max_examples=examples(500))
 @given(transcripts())
 def test_fold_properties(live):

@@ -420,6 +420,18 @@ def test_only_a_prompt_too_long_is_sent_again_in_parts(server, tmp_path, fault):
     assert len(server.requests) == 1
 
 
+def test_a_malformed_answer_still_counts_its_tokens_and_names_its_request(server, tmp_path):
+    """An OpenAI answer with an empty choices list is no summary, but its usage was billed:
+    the run carries it (spend is data), and the error names the request for the provider."""
+    path = volume(tmp_path)
+    server.fault = "choices_empty"
+    [outcome], code = compact([str(path)], request(server))
+    assert (outcome.status, code) == ("failed", 1)
+    assert "malformed response" in outcome.error and "request req_test_1" in outcome.error
+    [run] = [r for r in table_dump(path)["runs"] if r[2] == "compaction"]
+    assert (run[5], run[6]) == (1200, 80)
+
+
 def test_an_answer_stopped_by_the_models_window_is_sent_again_in_parts(server, tmp_path):
     """Anthropic's stop_reason model_context_window_exceeded: the prompt left the answer no
     room, so the fold goes again in halves, as for a prompt too long."""
