@@ -14,13 +14,16 @@ from volumetool.compaction.plan import (
     Message,
     RunFact,
     check_due,
+    estimate_text_tokens,
     plan_fold,
     split_turns,
 )
 from volumetool.compaction.prompt import (
+    MIN_PART_TOKENS,
     SummaryRejected,
     accept_answer,
     check_shorter,
+    cut_pieces,
     render_fold,
     render_request,
 )
@@ -62,6 +65,38 @@ def test_a_refusal_or_an_odd_finish_reason_is_quoted_within_bounds():
             assert quoted * limit in str(exc) and quoted * (limit + 1) not in str(exc)
         else:
             raise AssertionError("accepted")
+
+
+def test_a_message_over_a_part_is_cut_into_marked_pieces_that_fit_and_join_back():
+    """Estimated at four ASCII characters a token (rounded up): 2,000 characters are 500."""
+    whole = "w" * 2000
+    assert cut_pieces([whole], MIN_PART_TOKENS) == [whole]  # exactly a part: whole
+    long = "".join(f"{n:05d} " for n in range(1000))  # 6,000 characters, 1,500 tokens
+    pieces = cut_pieces(["short", long], MIN_PART_TOKENS)
+    assert pieces[0] == "short" and len(pieces) > 3
+    body = []
+    for n, piece in enumerate(pieces[1:], 1):
+        head, text = piece.split("\n", 1)
+        assert head == f"[long message, piece {n} of {len(pieces) - 1}]"
+        assert estimate_text_tokens(piece) <= MIN_PART_TOKENS
+        body.append(text)
+    assert "".join(body) == long
+    try:
+        cut_pieces(["x"], MIN_PART_TOKENS - 1)
+    except SummaryRejected as exc:
+        assert f"room for only {MIN_PART_TOKENS - 1:,} conversation tokens" in str(exc)
+    else:
+        raise AssertionError("a part smaller than the minimum was accepted")
+
+
+def test_every_lone_surrogate_is_refused():
+    for c in ("\ud800", "\udbff", "\udc00", "\udfff"):
+        try:
+            accept_answer("openai", f"A summary {c} here.", "stop", None, False)
+        except SummaryRejected as exc:
+            assert "lone surrogate" in str(exc)
+        else:
+            raise AssertionError(f"accepted {c!r}")
 
 
 @settings(max_examples=examples(500))
