@@ -24,6 +24,7 @@ from volumetool.model_client import (
     RetryPolicy,
     _anthropic,
     _Malformed,
+    _openai,
     classify,
     connection_failure,
     error_details,
@@ -40,14 +41,14 @@ def server():
         yield s
 
 
-def run(server, api="openai", attempts=4, timeout=5.0, jitter=1.0):
+def run(server, api="openai", attempts=4, timeout=5.0, jitter=1.0, key=KEY):
     delays: list[float] = []
 
     async def sleep(seconds: float) -> None:
         delays.append(seconds)
 
     async def go():
-        endpoint = Endpoint(api, server.url, "m", KEY, max_tokens=100, timeout=timeout)
+        endpoint = Endpoint(api, server.url, "m", key, max_tokens=100, timeout=timeout)
         policy = RetryPolicy(attempts=attempts, sleep=sleep, jitter=lambda: jitter)
         async with ModelClient(endpoint, retry=policy) as client:
             return await client.complete("system", "user")
@@ -56,6 +57,33 @@ def run(server, api="openai", attempts=4, timeout=5.0, jitter=1.0):
         return asyncio.run(go()), delays
     except ModelError as exc:
         return exc, delays
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_key_of_any_shape_echoed_by_the_server_is_not_passed_on(server, api):
+    """Providers echo a bad key in the 401's message; a proxy's key need not look like one."""
+    key = "team-blue-proxy"
+    server.queue("401")
+    error, _ = run(server, api, key=key)
+    assert isinstance(error, ModelError) and error.status == 401
+    assert key not in str(error) and "[redacted]" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("payload", "what"),
+    [
+        ({"object": "chat.completion"}, "no choices"),
+        ({"choices": []}, "an empty choices list"),
+        ({"choices": ["x"]}, "choices[0] is not an object"),
+        ({"choices": [{"finish_reason": "stop"}]}, "choices[0].message is not an object"),
+    ],
+)
+def test_a_malformed_openai_answer_keeps_its_usage(payload, what):
+    usage = {"prompt_tokens": 120, "completion_tokens": 7}
+    with pytest.raises(_Malformed) as caught:
+        _openai({**payload, "usage": usage}, "req_1")
+    assert str(caught.value) == what
+    assert (caught.value.usage.input_tokens, caught.value.usage.output_tokens) == (120, 7)
 
 
 def test_retry_after_is_honoured(server):
