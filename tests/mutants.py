@@ -3,6 +3,7 @@ compaction core and the model client, one line each, with why it survives — an
 survivor has no explanation (kill it with a test, or explain it here).
 
     python -m tests.mutants            # reads mutmut's results in ./mutants
+    python -m tests.mutants --recheck  # first, survivors against the tests written since
 
 An explanation is a rule: a pattern over the mutant's diff (the removed and added line) and
 the reason every mutant it matches is harmless. Rules name a reason once; the report lists
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -116,6 +119,53 @@ def diff_of(name: str) -> str:
     return "\n".join(lines)
 
 
+# The tests that hold each module, for --recheck: those a mutant there is most likely to fail.
+RECHECK_TESTS = {
+    "volumetool.model_client": ["tests/test_model_client.py"],
+    "volumetool.compaction.plan": ["tests/test_compaction_plan.py"],
+    "volumetool.compaction.prompt": ["tests/test_compaction_plan.py"],
+    "volumetool.compaction.undo": ["tests/test_undo.py"],
+}
+DEFAULT_RECHECK = ["tests/test_compaction.py", "tests/test_providers.py"]
+
+
+def meta_of(name: str) -> Path:
+    module = re.match(r"(.*?)\.x[_ǁ]", name).group(1)
+    return ROOT / "mutants" / (module.replace(".", "/") + ".py.meta")
+
+
+def recheck_one(name: str) -> bool:
+    """Run the module's tests against one mutant the way mutmut does (its trampoline takes
+    the mutant from MUTANT_UNDER_TEST, in the mutated copy under ./mutants): killed or not."""
+    module = meta_of(name).relative_to(ROOT / "mutants").with_suffix("").with_suffix("")
+    tests = RECHECK_TESTS.get(str(module).replace("/", "."), DEFAULT_RECHECK)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=ROOT / "mutants",
+        env={**os.environ, "MUTANT_UNDER_TEST": name, "HYPOTHESIS_PROFILE": "mutants"},
+        capture_output=True,
+    )
+    return done.returncode == 1
+
+
+def recheck(workers: int = 2) -> None:
+    """Survivors of the last `mutmut run` against the tests as they are now (tests written
+    since the run was started are not in its copy): each one a test now kills is recorded as
+    killed in mutmut's results. Run it with no `mutmut run` going: both write those files."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    shutil.copytree(ROOT / "tests", ROOT / "mutants" / "tests", dirs_exist_ok=True)
+    names = survivors()
+    with ThreadPoolExecutor(workers) as pool:
+        killed = [n for n, dead in zip(names, pool.map(recheck_one, names), strict=True) if dead]
+    for name in killed:
+        meta = meta_of(name)
+        data = json.loads(meta.read_text())
+        data["exit_code_by_key"][name] = 1
+        meta.write_text(json.dumps(data))
+    print(f"recheck: {len(killed)} of {len(names)} survivors killed by the tests as they are now")
+
+
 def explain(name: str, diff: str) -> str | None:
     if name in SINGLES:
         return SINGLES[name]
@@ -195,4 +245,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if "--recheck" in sys.argv[1:]:
+        recheck()
     sys.exit(main())
