@@ -53,7 +53,7 @@ fuzz: $(READY)
 mutants: $(READY)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[mutants]'
 	HYPOTHESIS_PROFILE=mutants $(BIN)/mutmut run --max-children $(or $(JOBS),2)
-	$(BIN)/python -m tests.mutants
+	$(BIN)/python -m tests.mutants --recheck
 
 # Render the report page in Debian's headless Chromium and print it on A4, and hold it to HTML
 # Tidy (both installed here when missing: root and apt, as on CI); the tests are skipped
