@@ -4,6 +4,7 @@ audit event, runs and token totals kept, and erased text gone from the file's by
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from tests.conftest import assert_clean_error
 from tests.support.volumes import VolumeWriter, file_digest, table_dump
+from tests.test_backup import run_vt
 from tests.test_threads import query
 
 # One token each, lowercase: the search index keeps it whole as a term (after the few first
@@ -404,6 +406,18 @@ def test_erase_asks_first_and_an_unanswered_prompt_erases_nothing(tmp_path, run_
     assert query(path, "SELECT count(*) FROM sessions WHERE conversation_key = 'telegram:ana'") == [
         (0,)
     ]
+
+
+def test_a_prompt_with_stdin_closed_is_unanswered_and_erases_nothing(tmp_path):
+    # cron and some service managers start a job with no stdin at all (fd 0 closed)
+    path, agent = conversation(tmp_path)
+    agent.conn.close()
+    digest = file_digest(path)
+    done = run_vt("erase", path, "--key", "telegram:ana", preexec_fn=lambda: os.close(0))
+    assert done.returncode == 1, done
+    assert b"internal error" not in done.stderr and b"Traceback" not in done.stderr
+    assert b"Erase 2 thread(s) under 'telegram:ana'" in done.stderr
+    assert file_digest(path) == digest
 
 
 def test_a_key_with_nothing_under_it_is_exit_1(tmp_path, run_cli):

@@ -9,6 +9,7 @@ import click
 
 from volumetool.cli.options import (
     AFTER_VOLUME,
+    ask,
     busy_timeout_option,
     emit,
     output_options,
@@ -210,7 +211,7 @@ def erase(volume, key, memories_prefix, dry_run, yes, as_json, wait, busy_timeou
     def confirm(planned) -> None:
         if not yes:
             what = _deletion_line("Erase", threads, planned, memories(planned))
-            click.confirm(f"{what}. This cannot be undone. Erase?", abort=True, err=True)
+            ask(f"{what}. This cannot be undone. Erase?")
 
     if dry_run:
         with (
