@@ -428,6 +428,32 @@ def test_a_key_with_nothing_under_it_is_exit_1(tmp_path, run_cli):
     assert file_digest(path) == digest
 
 
+@pytest.mark.parametrize(
+    ("prefix", "erased", "kept"),
+    [
+        ("a_", ["a_b.x"], ["ab.x", "aXb"]),  # LIKE's wildcards are plain characters here
+        ("a%", ["a%b"], ["ab.x", "a_b.x"]),
+        ("a\\", ["a\\b"], ["ab.x", "a"]),
+        ("caf\u00e9.", ["caf\u00e9.name"], ["cafe.name", "caf\u00e9"]),
+        # the last character before the surrogates: the keys above it start at U+E000
+        ("k\ud7ff", ["k\ud7ff.name"], ["k\ue000.name", "k\ud7fe.name"]),
+        ("k\U0010ffff", ["k\U0010ffff.name"], ["l", "k\ue000.name"]),
+    ],
+)
+def test_the_memories_prefix_erases_exactly_the_keys_that_start_with_it(
+    tmp_path, run_cli, prefix, erased, kept
+):
+    path = tmp_path / "agent.db"
+    w = VolumeWriter(path)
+    w.message(w.thread("telegram:ana"), "user", "hello")
+    for key in erased + kept:
+        w.memory(key, "a fact")
+    w.close()
+    result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", prefix, "--yes")
+    assert result.exit_code == 0, result
+    assert sorted(k for (k,) in query(path, "SELECT key FROM memories")) == sorted(kept)
+
+
 def test_an_empty_memories_prefix_is_refused(tmp_path, run_cli):
     path, _ = conversation(tmp_path)
     result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", "", "--yes")
