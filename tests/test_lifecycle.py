@@ -454,6 +454,22 @@ def test_the_memories_prefix_erases_exactly_the_keys_that_start_with_it(
     assert sorted(k for (k,) in query(path, "SELECT key FROM memories")) == sorted(kept)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--key", "telegram:\udcff"],  # a shell's bytes that are not UTF-8
+        ["--key", "telegram:ana", "--memories-prefix", "ana.\udcff"],
+    ],
+)
+def test_a_key_or_prefix_that_is_not_utf8_is_exit_2_naming_it(tmp_path, run_cli, options):
+    path, _ = conversation(tmp_path)
+    digest = file_digest(path)
+    for mode in ("--dry-run", "--yes"):
+        result = run_cli("erase", path, *options, mode)
+        assert_clean_error(result, 2, options[-2], "not UTF-8")
+    assert file_digest(path) == digest
+
+
 def test_an_empty_memories_prefix_is_refused(tmp_path, run_cli):
     path, _ = conversation(tmp_path)
     result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", "", "--yes")

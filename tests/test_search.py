@@ -188,6 +188,23 @@ def test_a_query_with_nothing_to_search_for_is_exit_2(vol, run_cli, text, messag
     assert_clean_error(run_cli("search", vol, text), 2, message)
 
 
+# A shell passes bytes that are not UTF-8 (`$'\\xff'`) to Python as lone surrogates.
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["refund\udcff"], "QUERY"),
+        (["refund\udcff", "--fts"], "QUERY"),
+        (["refund", "--key", "telegram:\udcff*"], "--key"),
+    ],
+)
+def test_text_that_is_not_utf8_is_exit_2_naming_the_argument(vol, run_cli, args, named):
+    before = file_digest(vol)
+    result = run_cli("search", vol, *args)
+    assert_clean_error(result, 2, named, "not UTF-8")
+    assert "path" not in result.stderr
+    assert file_digest(vol) == before
+
+
 def test_unknown_kinds_are_exit_2(vol, run_cli):
     assert_clean_error(run_cli("search", vol, "refund", "--in", "messages,runs"), 2, "runs")
 
