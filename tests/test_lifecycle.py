@@ -271,6 +271,33 @@ def test_erased_text_is_in_no_byte_of_the_file_its_wal_or_shm(tmp_path, run_cli,
     assert run_cli("check", path).exit_code == 0
 
 
+def damage_search_index(path: Path) -> None:
+    """Overwrite one page of the message index's words: FTS5 then finds the file malformed."""
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE search_messages_data SET block = zeroblob(length(block))"
+            " WHERE id = (SELECT max(id) FROM search_messages_data)"
+        )
+    conn.close()
+
+
+def test_an_erase_finishes_when_the_search_index_is_damaged(tmp_path, run_cli):
+    # the index is volumetool's own copy of the text: a damaged one must not keep the erased
+    # text in the file for good (each erase again failing on it)
+    path, agent = conversation(tmp_path)
+    agent.conn.close()
+    assert run_cli("search", path, MARKER).exit_code == 0  # builds the index
+    damage_search_index(path)
+    assert holds(path, MARKER)
+    result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", "ana.", "--yes")
+    assert result.exit_code == 0, result
+    assert holds(path, MARKER) == []
+    assert holds(path, OTHER)
+    assert run_cli("check", path).exit_code == 0
+    found = json.loads(run_cli("search", path, OTHER, "--json").stdout)
+    assert {r["conversation_key"] or r["key"] for r in found} == {"discord:bob", "bob.note"}
+
+
 def test_text_copied_from_the_conversation_into_runs_and_audit_is_erased_too(tmp_path, run_cli):
     """A failed compaction's error names the facts its summary missed, a refusal quotes the
     model, and the agent's own events may quote a tool's arguments: all of it text from the
