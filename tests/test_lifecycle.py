@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import assert_clean_error
 from tests.support.volumes import VolumeWriter, file_digest, table_dump
 from tests.test_backup import run_vt
+from tests.test_search import damage_search_index
 from tests.test_threads import query
 
 # One token each, lowercase: the search index keeps it whole as a term (after the few first
@@ -269,16 +270,6 @@ def test_erased_text_is_in_no_byte_of_the_file_its_wal_or_shm(tmp_path, run_cli,
     assert {r["conversation_key"] or r["key"] for r in found} == {"discord:bob", "bob.note"}
     agent.conn.close()
     assert run_cli("check", path).exit_code == 0
-
-
-def damage_search_index(path: Path) -> None:
-    """Overwrite one page of the message index's words: FTS5 then finds the file malformed."""
-    with sqlite3.connect(path) as conn:
-        conn.execute(
-            "UPDATE search_messages_data SET block = zeroblob(length(block))"
-            " WHERE id = (SELECT max(id) FROM search_messages_data)"
-        )
-    conn.close()
 
 
 def test_an_erase_finishes_when_the_search_index_is_damaged(tmp_path, run_cli):

@@ -318,6 +318,36 @@ class Agent:
         self.conn.execute("DELETE FROM memories WHERE key = ?", (key,))
 
 
+def damage_search_index(path: Path) -> None:
+    """Overwrite the pages of the message index's words with junk: FTS5 finds them
+    malformed (the rows it indexes are intact)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE search_messages_data SET block = x'00010203040506070809' WHERE id > 10"
+        )
+    conn.close()
+
+
+def test_a_damaged_index_is_searched_around_and_built_again(vol, run_cli):
+    # the index is volumetool's own copy: the volume's rows are intact, so the search finds
+    # what they hold (and does not send the user to a backup), and the index is built anew
+    assert run_cli("search", vol, "refund").exit_code == 0
+    damage_search_index(vol)
+    before = file_digest(vol)
+    read_only = run_cli("search", vol, "refund", "--json", "--read-only")
+    assert read_only.exit_code == 0, read_only
+    assert as_found(json.loads(read_only.stdout)) == oracle(vol, ["refund"])
+    assert "index is damaged" in read_only.stderr
+    assert file_digest(vol) == before
+    result = run_cli("search", vol, "refund", "--json")
+    assert result.exit_code == 0, result
+    assert as_found(json.loads(result.stdout)) == oracle(vol, ["refund"])
+    again = run_cli("search", vol, "refund", "--json")
+    assert again.exit_code == 0 and again.stderr == "", again
+    assert as_found(json.loads(again.stdout)) == oracle(vol, ["refund"])
+    assert run_cli("check", vol).exit_code == 0
+
+
 def test_deleted_and_reused_message_ids_never_show_stale_text(vol):
     agent = Agent(vol)
     agent.say("telegram:55", "one more refund question")  # the highest id
