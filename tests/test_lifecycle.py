@@ -4,6 +4,7 @@ audit event, runs and token totals kept, and erased text gone from the file's by
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 from tests.conftest import assert_clean_error
 from tests.support.volumes import VolumeWriter, file_digest, table_dump
+from tests.test_backup import run_vt
+from tests.test_search import damage_search_index
 from tests.test_threads import query
 
 # One token each, lowercase: the search index keeps it whole as a term (after the few first
@@ -269,6 +272,23 @@ def test_erased_text_is_in_no_byte_of_the_file_its_wal_or_shm(tmp_path, run_cli,
     assert run_cli("check", path).exit_code == 0
 
 
+def test_an_erase_finishes_when_the_search_index_is_damaged(tmp_path, run_cli):
+    # the index is volumetool's own copy of the text: a damaged one must not keep the erased
+    # text in the file for good (each erase again failing on it)
+    path, agent = conversation(tmp_path)
+    agent.conn.close()
+    assert run_cli("search", path, MARKER).exit_code == 0  # builds the index
+    damage_search_index(path)
+    assert holds(path, MARKER)
+    result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", "ana.", "--yes")
+    assert result.exit_code == 0, result
+    assert holds(path, MARKER) == []
+    assert holds(path, OTHER)
+    assert run_cli("check", path).exit_code == 0
+    found = json.loads(run_cli("search", path, OTHER, "--json").stdout)
+    assert {r["conversation_key"] or r["key"] for r in found} == {"discord:bob", "bob.note"}
+
+
 def test_text_copied_from_the_conversation_into_runs_and_audit_is_erased_too(tmp_path, run_cli):
     """A failed compaction's error names the facts its summary missed, a refusal quotes the
     model, and the agent's own events may quote a tool's arguments: all of it text from the
@@ -406,11 +426,65 @@ def test_erase_asks_first_and_an_unanswered_prompt_erases_nothing(tmp_path, run_
     ]
 
 
+def test_a_prompt_with_stdin_closed_is_unanswered_and_erases_nothing(tmp_path):
+    # cron and some service managers start a job with no stdin at all (fd 0 closed)
+    path, agent = conversation(tmp_path)
+    agent.conn.close()
+    digest = file_digest(path)
+    done = run_vt("erase", path, "--key", "telegram:ana", preexec_fn=lambda: os.close(0))
+    assert done.returncode == 1, done
+    assert b"internal error" not in done.stderr and b"Traceback" not in done.stderr
+    assert b"Erase 2 thread(s) under 'telegram:ana'" in done.stderr
+    assert file_digest(path) == digest
+
+
 def test_a_key_with_nothing_under_it_is_exit_1(tmp_path, run_cli):
     path, _ = conversation(tmp_path)
     digest = file_digest(path)
     assert_clean_error(run_cli("erase", path, "--key", "telegram:nobody", "--yes"), 1, "no thread")
     assert_clean_error(run_cli("erase", path, "--key", "telegram:nobody", "--dry-run"), 1)
+    assert file_digest(path) == digest
+
+
+@pytest.mark.parametrize(
+    ("prefix", "erased", "kept"),
+    [
+        ("a_", ["a_b.x"], ["ab.x", "aXb"]),  # LIKE's wildcards are plain characters here
+        ("a%", ["a%b"], ["ab.x", "a_b.x"]),
+        ("a\\", ["a\\b"], ["ab.x", "a"]),
+        ("caf\u00e9.", ["caf\u00e9.name"], ["cafe.name", "caf\u00e9"]),
+        # the last character before the surrogates: the keys above it start at U+E000
+        ("k\ud7ff", ["k\ud7ff.name"], ["k\ue000.name", "k\ud7fe.name"]),
+        ("k\U0010ffff", ["k\U0010ffff.name"], ["l", "k\ue000.name"]),
+    ],
+)
+def test_the_memories_prefix_erases_exactly_the_keys_that_start_with_it(
+    tmp_path, run_cli, prefix, erased, kept
+):
+    path = tmp_path / "agent.db"
+    w = VolumeWriter(path)
+    w.message(w.thread("telegram:ana"), "user", "hello")
+    for key in erased + kept:
+        w.memory(key, "a fact")
+    w.close()
+    result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", prefix, "--yes")
+    assert result.exit_code == 0, result
+    assert sorted(k for (k,) in query(path, "SELECT key FROM memories")) == sorted(kept)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--key", "telegram:\udcff"],  # a shell's bytes that are not UTF-8
+        ["--key", "telegram:ana", "--memories-prefix", "ana.\udcff"],
+    ],
+)
+def test_a_key_or_prefix_that_is_not_utf8_is_exit_2_naming_it(tmp_path, run_cli, options):
+    path, _ = conversation(tmp_path)
+    digest = file_digest(path)
+    for mode in ("--dry-run", "--yes"):
+        result = run_cli("erase", path, *options, mode)
+        assert_clean_error(result, 2, options[-2], "not UTF-8")
     assert file_digest(path) == digest
 
 

@@ -188,6 +188,23 @@ def test_a_query_with_nothing_to_search_for_is_exit_2(vol, run_cli, text, messag
     assert_clean_error(run_cli("search", vol, text), 2, message)
 
 
+# A shell passes bytes that are not UTF-8 (`$'\\xff'`) to Python as lone surrogates.
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["refund\udcff"], "QUERY"),
+        (["refund\udcff", "--fts"], "QUERY"),
+        (["refund", "--key", "telegram:\udcff*"], "--key"),
+    ],
+)
+def test_text_that_is_not_utf8_is_exit_2_naming_the_argument(vol, run_cli, args, named):
+    before = file_digest(vol)
+    result = run_cli("search", vol, *args)
+    assert_clean_error(result, 2, named, "not UTF-8")
+    assert "path" not in result.stderr
+    assert file_digest(vol) == before
+
+
 def test_unknown_kinds_are_exit_2(vol, run_cli):
     assert_clean_error(run_cli("search", vol, "refund", "--in", "messages,runs"), 2, "runs")
 
@@ -299,6 +316,36 @@ class Agent:
 
     def forget(self, key: str) -> None:
         self.conn.execute("DELETE FROM memories WHERE key = ?", (key,))
+
+
+def damage_search_index(path: Path) -> None:
+    """Overwrite the pages of the message index's words with junk: FTS5 finds them
+    malformed (the rows it indexes are intact)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE search_messages_data SET block = x'00010203040506070809' WHERE id > 10"
+        )
+    conn.close()
+
+
+def test_a_damaged_index_is_searched_around_and_built_again(vol, run_cli):
+    # the index is volumetool's own copy: the volume's rows are intact, so the search finds
+    # what they hold (and does not send the user to a backup), and the index is built anew
+    assert run_cli("search", vol, "refund").exit_code == 0
+    damage_search_index(vol)
+    before = file_digest(vol)
+    read_only = run_cli("search", vol, "refund", "--json", "--read-only")
+    assert read_only.exit_code == 0, read_only
+    assert as_found(json.loads(read_only.stdout)) == oracle(vol, ["refund"])
+    assert "index is damaged" in read_only.stderr
+    assert file_digest(vol) == before
+    result = run_cli("search", vol, "refund", "--json")
+    assert result.exit_code == 0, result
+    assert as_found(json.loads(result.stdout)) == oracle(vol, ["refund"])
+    again = run_cli("search", vol, "refund", "--json")
+    assert again.exit_code == 0 and again.stderr == "", again
+    assert as_found(json.loads(again.stdout)) == oracle(vol, ["refund"])
+    assert run_cli("check", vol).exit_code == 0
 
 
 def test_deleted_and_reused_message_ids_never_show_stale_text(vol):

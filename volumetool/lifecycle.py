@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from volumetool import audit
-from volumetool.errors import Busy, ProblemsFound, UnusableInput, VolumetoolError
+from volumetool.errors import Busy, Damaged, ProblemsFound, UnusableInput, VolumetoolError
 from volumetool.memories import prefix_upper_bound
 from volumetool.search import index
 from volumetool.timefmt import now_iso
@@ -264,10 +264,16 @@ def truncate_wal(conn: sqlite3.Connection, busy_timeout: float) -> bool:
 def scrub(volume: Volume) -> None:
     """After an erase: every copy of deleted text taken out of the search index (the erased
     threads', and any the agent deleted itself), the index merged down (its older segments
-    still hold the words), then `vacuum`."""
-    index.tidy(volume)
-    with volume.write() as conn:
-        index.merge_all(conn)
+    still hold the words), then `vacuum`. A damaged index (FTS5 finds it malformed) would
+    stop this for good, each run again failing on it, so it is dropped instead: it is
+    volumetool's own copy of the text, which the next search builds again."""
+    try:
+        index.tidy(volume)
+        with volume.write() as conn:
+            index.merge_all(conn)
+    except Damaged:
+        with volume.write() as conn:
+            index.drop(conn)
     vacuum(volume)
 
 

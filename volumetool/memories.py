@@ -22,11 +22,12 @@ MEMORY_FIELDS = ("key", "value", "created_at", "updated_at")
 
 
 def prefix_upper_bound(prefix: str) -> str | None:
-    """The smallest string greater than every string starting with `prefix` (None: no bound)."""
+    """The smallest string greater than every string starting with `prefix` (None: no bound).
+    The character after U+D7FF is U+E000: the surrogates between are no text SQLite holds."""
     while prefix:
         last = ord(prefix[-1])
         if last < 0x10FFFF:
-            return prefix[:-1] + chr(last + 1)
+            return prefix[:-1] + chr(0xE000 if last == 0xD7FF else last + 1)
         prefix = prefix[:-1]
     return None
 

@@ -9,11 +9,13 @@ import click
 
 from volumetool.cli.options import (
     AFTER_VOLUME,
+    ask,
     busy_timeout_option,
     emit,
     output_options,
     parse_since,
     since_option,
+    utf8_text,
     volume_argument,
     wait_option,
 )
@@ -27,8 +29,14 @@ def _say(message: str) -> None:
 
 @click.command(short_help="Full-text search of messages, summaries and memories.")
 @volume_argument
-@click.argument("query", type=AFTER_VOLUME)
-@click.option("--key", "key_glob", metavar="GLOB", help="Threads (or memory keys) matching a glob.")
+@click.argument("query", type=AFTER_VOLUME, callback=utf8_text)
+@click.option(
+    "--key",
+    "key_glob",
+    metavar="GLOB",
+    callback=utf8_text,
+    help="Threads (or memory keys) matching a glob.",
+)
 @click.option(
     "--role",
     type=click.Choice(["system", "user", "assistant", "tool"]),
@@ -169,10 +177,13 @@ def prune(volume, before, dry_run, vacuum, as_json, wait, busy_timeout) -> None:
 
 @click.command(short_help="Erase every thread under a key: the right to be forgotten.")
 @volume_argument
-@click.option("--key", required=True, metavar="KEY", help="The conversation key (exact).")
+@click.option(
+    "--key", required=True, metavar="KEY", callback=utf8_text, help="The conversation key (exact)."
+)
 @click.option(
     "--memories-prefix",
     metavar="P",
+    callback=utf8_text,
     help="Also erase the memories whose key starts with P.",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would go; change nothing.")
@@ -210,7 +221,7 @@ def erase(volume, key, memories_prefix, dry_run, yes, as_json, wait, busy_timeou
     def confirm(planned) -> None:
         if not yes:
             what = _deletion_line("Erase", threads, planned, memories(planned))
-            click.confirm(f"{what}. This cannot be undone. Erase?", abort=True, err=True)
+            ask(f"{what}. This cannot be undone. Erase?")
 
     if dry_run:
         with (

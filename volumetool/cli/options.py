@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import BinaryIO
@@ -169,6 +170,26 @@ class WholeWrites:
 
     def flush(self) -> None:
         self.stream.flush()
+
+
+def utf8_text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A callback for a text argument (a word, key or prefix): a shell hands bytes that are not
+    UTF-8 over as lone surrogates, which no text in a volume holds, so they are a usage error
+    naming the argument (not an encoding error deep in SQLite)."""
+    from volumetool.render import SURROGATES, escape_control
+
+    if value is not None and re.search(f"[{SURROGATES}]", value):
+        raise click.BadParameter(f"'{escape_control(value[:60])}' holds bytes that are not UTF-8")
+    return value
+
+
+def ask(question: str) -> None:
+    """Ask on stderr whether to go on; stop (click.Abort, exit 1) unless the answer is yes.
+    No answer is no: stdin at its end, or closed (a job started with no stdin at all)."""
+    if sys.stdin is None or sys.stdin.closed:
+        click.echo(f"{question} [y/N]: no answer (stdin is closed)", err=True)
+        raise click.Abort
+    click.confirm(question, abort=True, err=True)
 
 
 def since_option(what: str) -> Callable:

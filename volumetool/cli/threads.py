@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from volumetool.cli.options import AFTER_VOLUME, busy_timeout_option, volume_argument
+from volumetool.cli.options import AFTER_VOLUME, ask, busy_timeout_option, volume_argument
 
 
 @click.group(short_help="/new, /reset and undoing a compaction.")
@@ -133,6 +133,6 @@ def confirmed_write(volume, busy_timeout: float, yes: bool, question, change):
         if not yes:
             with vol.snapshot() as conn:
                 text = question(conn)
-            click.confirm(escape_control(text), abort=True, err=True)
+            ask(escape_control(text))
         with vol.write() as conn:
             return change(conn)

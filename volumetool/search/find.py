@@ -265,10 +265,33 @@ def search(
     query = parse_query(request.query, request.fts)
     check_expression(query.expression)
     with Volume(argument, readonly=True, busy_timeout=busy_timeout) as volume:
-        with volume.snapshot() as conn:
-            found = index.pending(conn)
-            if not (write_index and found.wants_refresh()):
-                return find(conn, query, request, found)
-        _refresh(volume.path, busy_timeout, found, say)
-        with volume.snapshot() as conn:
-            return find(conn, query, request, index.pending(conn))
+        try:
+            with volume.snapshot() as conn:
+                found = index.pending(conn)
+                if not (write_index and found.wants_refresh()):
+                    return find(conn, query, request, found)
+            _refresh(volume.path, busy_timeout, found, say)
+            with volume.snapshot() as conn:
+                return find(conn, query, request, index.pending(conn))
+        except Damaged:
+            with volume.snapshot() as conn:  # Damaged again: the volume's own rows are
+                rows = find(conn, query, request, index.pending(conn, use_index=False))
+    say("the search index is damaged: searched without it")
+    if write_index:
+        _drop_damaged(volume.path, busy_timeout, say)
+    return rows
+
+
+def _drop_damaged(path: Path, busy_timeout: float, say: Callable) -> None:
+    """Drop a damaged index (FTS5 finds it malformed) so that the next search builds it again:
+    it is volumetool's own copy of text the volume holds intact."""
+    try:
+        with (
+            open_for_write(path, busy_timeout=busy_timeout, lock=False) as volume,
+            volume.write() as conn,
+        ):
+            index.drop(conn)
+    except (SchemaMismatch, Busy, UnusableInput, ProblemsFound) as exc:
+        say(f"the damaged index stays: {exc.format_message()}")
+    else:
+        say("dropped the damaged index; the next search builds it again")

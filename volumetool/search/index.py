@@ -177,9 +177,10 @@ def _stale_texts_sql() -> str:
     return f"SELECT c.id FROM {TEXTS}_content c WHERE NOT CASE c.id & 3 {cases} ELSE 0 END"
 
 
-def pending(conn: sqlite3.Connection) -> Pending:
-    """What the index lacks, and whether it holds text the volume no longer has."""
-    indexed = index_state(conn) == "present"
+def pending(conn: sqlite3.Connection, use_index: bool = True) -> Pending:
+    """What the index lacks, and whether it holds text the volume no longer has. Without
+    `use_index`, as if there were none: everything is lacking."""
+    indexed = use_index and index_state(conn) == "present"
     counted_texts = [_texts_lacking(conn, source, indexed) for source in TEXT_SOURCES]
     texts = tuple(doc for _, docs in counted_texts for doc in docs)
     total = _scalar(conn, "SELECT count(*) FROM messages")
