@@ -517,3 +517,16 @@ def test_an_erase_whose_scrub_could_not_finish_scrubs_when_run_again(tmp_path, r
     assert_clean_error(again, 1, "it was erased at")
     assert holds(path, MARKER) == []
     agent.conn.close()
+
+
+@pytest.mark.parametrize("command", [("memories", "import", "VOL", "-"), ("validate", "-")])
+def test_stdin_closed_reads_as_empty_input(tmp_path, command):
+    """A job started with no stdin at all (fd 0 closed): `-` is an empty input, not a crash."""
+    path, agent = conversation(tmp_path)
+    agent.conn.close()
+    digest = file_digest(path)
+    args = [path if a == "VOL" else a for a in command]
+    done = run_vt(*args, preexec_fn=lambda: os.close(0))
+    assert b"internal error" not in done.stderr and b"Traceback" not in done.stderr, done
+    assert done.returncode in (0, 1)
+    assert file_digest(path) == digest  # nothing to import: nothing written

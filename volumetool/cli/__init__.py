@@ -169,6 +169,8 @@ def cli(debug: bool) -> None:
 
 
 def main() -> None:
+    if sys.stdin is None:  # started with fd 0 closed (some job runners): an empty stdin
+        sys.stdin = open(os.devnull)  # noqa: SIM115 - for the life of the process
     cli.main(prog_name="volumetool")
 
 
