@@ -341,7 +341,7 @@ def test_text_copied_from_the_conversation_into_runs_and_audit_is_erased_too(tmp
     assert [(event, json.loads(detail)) for event, detail in details if event != "erase"] == [
         ("compaction", {"action": "compacted", "saved_tokens": 9}),
         ("compaction", {"action": "failed", "model": "tiny", "retention": 0.5, "dry": False}),
-        ("permission", {"action": "allow"}),
+        ("permission", {"action": "allow", "tool": "shell"}),
         ("note", {}),
     ]
     agent.conn.close()
@@ -530,3 +530,34 @@ def test_stdin_closed_reads_as_empty_input(tmp_path, command):
     assert b"internal error" not in done.stderr and b"Traceback" not in done.stderr, done
     assert done.returncode in (0, 1)
     assert file_digest(path) == digest  # nothing to import: nothing written
+
+
+def test_prune_takes_the_conversations_words_out_of_what_stays(tmp_path, run_cli):
+    """A pruned thread's runs and events stay for their figures; text copied from its
+    conversation (a failure's missing facts, a tool's arguments) goes with it, so that a later
+    erase of the key has nothing left to miss."""
+    path = old_and_new(tmp_path)
+    [(old,)] = query(
+        path,
+        "SELECT id FROM sessions WHERE status = 'archived' AND updated_at < '2026-11-01'"
+        " ORDER BY id LIMIT 1",
+    )
+    conn = sqlite3.connect(path)
+    run = conn.execute(
+        "INSERT INTO runs (session_id, trigger, status, input_tokens, started_at, error)"
+        " VALUES (?, 'compaction', 'error', 77, 't', ?)",
+        (old, f"missing: {MARKER}"),
+    ).lastrowid
+    conn.execute(
+        "INSERT INTO audit (ts, event, detail, session_id, actor) VALUES ('t', 'permission', ?,"
+        " ?, 'agent')",
+        (json.dumps({"tool": "shell", "decision": "allow", "args": MARKER}), old),
+    )
+    conn.commit()
+    conn.close()
+    assert run_cli("prune", path, "--archived-before", "2026-11-01").exit_code == 0
+    assert query(path, "SELECT error, input_tokens FROM runs WHERE id = ?", run) == [
+        ("deleted with its thread", 77)
+    ]
+    [(detail,)] = query(path, "SELECT detail FROM audit WHERE detail LIKE '%decision%'")
+    assert json.loads(detail) == {"tool": "shell", "decision": "allow"}

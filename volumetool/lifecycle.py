@@ -90,32 +90,38 @@ def _count(conn: sqlite3.Connection, memories_prefix: str | None = None) -> Dele
     return Deletion(*counts, memories=memories)
 
 
-# What an erase keeps of a detached audit event: its figures (numbers, booleans, null) and
-# the words that say what happened (`action`, `model`, `key`); any other text may be copied
-# from the conversation — the facts a summary missed, a refusal quoting the model, a tool's
-# arguments in the agent's own events — and goes with it.
-_ERASED_DETAIL = """CASE WHEN json_valid(detail) AND json_type(detail) = 'object' THEN
-  (SELECT json_group_object(key, CASE type WHEN 'true' THEN json('true')
-                                          WHEN 'false' THEN json('false') ELSE value END)
-   FROM json_each(detail)
-   WHERE type IN ('integer', 'real', 'true', 'false', 'null')
-      OR (type = 'text' AND key IN ('action', 'model', 'key')))
-  ELSE '{}' END"""
+# What a deleted thread's detached audit events keep: their figures (numbers, booleans, null)
+# and the words that say what happened (`action`, `model`, `key`, and a permission's `tool`
+# and `decision`); any other text may be copied from the conversation — the facts a summary
+# missed, a refusal quoting the model, a tool's arguments in the agent's own events — and goes
+# with the thread, whether a retention policy (prune) or a request (erase) deletes it.
+_KEPT = (
+    "(type IN ('integer', 'real', 'true', 'false', 'null')"
+    " OR (type = 'text' AND key IN ('action', 'model', 'key', 'tool', 'decision')))"
+)
+_DETACHED_DETAIL = f"""CASE
+  WHEN NOT (json_valid(detail) AND json_type(detail) = 'object') THEN '{{}}'
+  WHEN NOT EXISTS (SELECT 1 FROM json_each(detail) WHERE NOT {_KEPT}) THEN detail
+  ELSE (SELECT json_group_object(key, CASE type WHEN 'true' THEN json('true')
+                                                WHEN 'false' THEN json('false') ELSE value END)
+        FROM json_each(detail) WHERE {_KEPT}) END"""
 # A detached run's error is text about the conversation just as often (`missing: …`).
-_ERASED_ERROR = "CASE WHEN error IS NULL THEN NULL ELSE 'erased with its thread' END"
+_DETACHED_ERROR = "CASE WHEN error IS NULL THEN NULL ELSE 'deleted with its thread' END"
 
 
-def _delete_threads(conn: sqlite3.Connection, erasing: bool) -> None:
+def _delete_threads(conn: sqlite3.Connection) -> None:
     """Delete the chosen threads with their messages and kept summaries; detach their runs
-    and audit events, and when `erasing`, keep of them only what is not the conversation's
-    text. (Their copies in the search index go afterwards, `index.tidy`.)"""
+    and audit events, keeping of them only what is not the conversation's text. (Their
+    copies in the search index go afterwards, `index.tidy`.)"""
     doomed = f"IN (SELECT id FROM {_DOOMED})"
     conn.execute(f"DELETE FROM compactions WHERE session_id {doomed}")
     conn.execute(f"DELETE FROM messages WHERE session_id {doomed}")
-    error = _ERASED_ERROR if erasing else "error"
-    conn.execute(f"UPDATE runs SET session_id = NULL, error = {error} WHERE session_id {doomed}")
-    detail = _ERASED_DETAIL if erasing else "detail"
-    conn.execute(f"UPDATE audit SET session_id = NULL, detail = {detail} WHERE session_id {doomed}")
+    conn.execute(
+        f"UPDATE runs SET session_id = NULL, error = {_DETACHED_ERROR} WHERE session_id {doomed}"
+    )
+    conn.execute(
+        f"UPDATE audit SET session_id = NULL, detail = {_DETACHED_DETAIL} WHERE session_id {doomed}"
+    )
     conn.execute(f"DELETE FROM sessions WHERE id {doomed}")
     conn.execute(f"DROP TABLE {_DOOMED}")
 
@@ -155,7 +161,7 @@ def prune(conn: sqlite3.Connection, before: str) -> Deletion:
     if not done.threads:
         conn.execute(f"DROP TABLE {_DOOMED}")
         return done
-    _delete_threads(conn, erasing=False)
+    _delete_threads(conn)
     audit.record(
         conn,
         "thread",
@@ -217,7 +223,7 @@ def erase_rows(conn: sqlite3.Connection, key: str, memories_prefix: str | None) 
     one write transaction, with secure_delete on."""
     done = plan_erase(conn, key, memories_prefix)
     _choose(conn, _UNDER_KEY, (key,))
-    _delete_threads(conn, erasing=True)
+    _delete_threads(conn)
     where, params = _memories_where(memories_prefix)
     conn.execute(f"DELETE FROM memories WHERE {where}", params)
     audit.record(
@@ -253,11 +259,19 @@ def truncate_wal(conn: sqlite3.Connection, busy_timeout: float) -> bool:
     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
     deadline = time.monotonic() + max(busy_timeout, 1.0)
     pause = 0.01
-    while conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.2)
+    # Each attempt must fail at once when a reader holds an older snapshot: a TRUNCATE
+    # checkpoint waits out the busy timeout holding the writer lock, so the agent's writes
+    # would wait with it. The pauses between attempts are the agent's.
+    (waited,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        while conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(waited)}")
     return True
 
 
