@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 from volumetool import audit
 from volumetool.errors import Busy, Damaged, ProblemsFound, UnusableInput, VolumetoolError
-from volumetool.memories import prefix_upper_bound
+from volumetool.memories import prefix_range
 from volumetool.search import index
 from volumetool.timefmt import now_iso
 from volumetool.volume import Volume
@@ -74,13 +74,8 @@ def _choose(conn: sqlite3.Connection, sql: str, params: tuple) -> None:
 
 
 def _memories_where(prefix: str | None) -> tuple[str, tuple]:
-    """Memories under `prefix` (none without one), as an index range."""
-    if prefix is None:
-        return "0", ()
-    upper = prefix_upper_bound(prefix)
-    if upper is None:
-        return "key >= ?", (prefix,)
-    return "key >= ? AND key < ?", (prefix, upper)
+    """Memories under `prefix` (none without one)."""
+    return prefix_range(prefix) if prefix is not None else ("0", ())
 
 
 def _count(conn: sqlite3.Connection, memories_prefix: str | None = None) -> Deletion:

@@ -32,19 +32,21 @@ def prefix_upper_bound(prefix: str) -> str | None:
     return None
 
 
+def prefix_range(prefix: str) -> tuple[str, tuple[str, ...]]:
+    """The keys starting with `prefix`, as an index range: a WHERE clause and its parameters
+    (no LIKE, whose `%` and `_` would widen the match)."""
+    upper = prefix_upper_bound(prefix)
+    if upper is None:
+        return "key >= ?", (prefix,)
+    return "key >= ? AND key < ?", (prefix, upper)
+
+
 def list_memories(
     conn: sqlite3.Connection, prefix: str | None = None, limit: int | None = None
 ) -> Iterator[dict]:
     """Memories in key order, optionally only keys starting with `prefix` (an index range)."""
-    clauses, params = [], []
-    if prefix:
-        clauses.append("key >= ?")
-        params.append(prefix)
-        upper = prefix_upper_bound(prefix)
-        if upper is not None:
-            clauses.append("key < ?")
-            params.append(upper)
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    where, params = prefix_range(prefix) if prefix else ("1", ())
+    where = f"WHERE {where}"
     cursor = conn.execute(
         f"SELECT key, value, created_at, updated_at FROM memories {where} ORDER BY key LIMIT ?",
         (*params, listing_limit(limit)),
