@@ -186,7 +186,7 @@ def utf8_text(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 def ask(question: str) -> None:
     """Ask on stderr whether to go on; stop (click.Abort, exit 1) unless the answer is yes.
     No answer is no: stdin at its end, or closed (a job started with no stdin at all)."""
-    if sys.stdin is None or sys.stdin.closed or sys.stdin.name == os.devnull:
+    if sys.stdin is None or sys.stdin.closed or getattr(sys.stdin, "name", None) == os.devnull:
         click.echo(f"{question} [y/N]: no answer (stdin is closed)", err=True)
         raise click.Abort
     click.confirm(question, abort=True, err=True)
