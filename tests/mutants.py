@@ -148,21 +148,33 @@ def recheck_one(name: str) -> bool:
     return done.returncode == 1
 
 
-def recheck(workers: int = 2) -> None:
+def recheck(workers: int = 2, until: float | None = None) -> None:
     """Survivors of the last `mutmut run` against the tests as they are now (tests written
     since the run was started are not in its copy): each one a test now kills is recorded as
-    killed in mutmut's results. Run it with no `mutmut run` going: both write those files."""
+    killed in mutmut's results, as it is found. The compaction core goes first; `until` (a
+    time.time()) stops it where it is. Run it with no `mutmut run` going: both write those
+    files."""
+    import threading
+    import time
     from concurrent.futures import ThreadPoolExecutor
 
     shutil.copytree(ROOT / "tests", ROOT / "mutants" / "tests", dirs_exist_ok=True)
-    names = survivors()
+    names = sorted(survivors(), key=lambda n: n.startswith("volumetool.model_client"))
+    lock, killed = threading.Lock(), []
+
+    def one(name: str) -> None:
+        if until is not None and time.time() > until:
+            return
+        if recheck_one(name):
+            with lock:
+                meta = meta_of(name)
+                data = json.loads(meta.read_text())
+                data["exit_code_by_key"][name] = 1
+                meta.write_text(json.dumps(data))
+                killed.append(name)
+
     with ThreadPoolExecutor(workers) as pool:
-        killed = [n for n, dead in zip(names, pool.map(recheck_one, names), strict=True) if dead]
-    for name in killed:
-        meta = meta_of(name)
-        data = json.loads(meta.read_text())
-        data["exit_code_by_key"][name] = 1
-        meta.write_text(json.dumps(data))
+        list(pool.map(one, names))
     print(f"recheck: {len(killed)} of {len(names)} survivors killed by the tests as they are now")
 
 
