@@ -4,7 +4,9 @@
 Both delete whole threads — the sessions row, its messages, its summary and the summaries its
 compactions kept — in one write transaction with their audit event, so a volume holds the old
 rows or the new ones, never a mix. Runs stay, detached from the thread (session_id NULL), so
-that the tokens the volume spent keep adding up; audit events stay too, detached. Deletion
+that the tokens the volume spent keep adding up; audit events stay too, detached. What they
+held of the conversation's words (a failure's missing facts, a tool's arguments) goes with
+the thread; their figures and what happened stay. Deletion
 runs with `secure_delete`, so the rows' bytes are overwritten where they stood. Their copies
 in the search index go afterwards, in short transactions of their own (`index.tidy`): a
 search never shows a copy whose row is gone, and the agent never waits long.
