@@ -732,3 +732,24 @@ def test_a_refusal_keeps_nothing(run_cli, volume, server):
 def test_min_retention_outside_0_to_1_is_exit_2(run_cli, volume, server, value):
     assert_clean_error(compact(run_cli, volume, "--min-retention", value), 2, "--min-retention")
     assert server.requests == []
+
+
+def test_a_thread_named_but_not_due_is_a_skipped_row_that_says_why(run_cli, volume, server):
+    """`--key` names a thread below its threshold: one `skipped` row with the thread, the
+    model it would use and the figures the rule read (README: the --json fields)."""
+    result = compact(run_cli, volume, "--key", "discord:2", "--json")
+    assert result.exit_code == 0, result
+    [outcome] = json.loads(result.stdout)
+    assert {k: outcome[k] for k in ("volume", "conversation_key", "session_id", "status")} == {
+        "volume": str(volume["path"]),
+        "conversation_key": "discord:2",
+        "session_id": volume["small"],
+        "status": "skipped",
+    }
+    assert (outcome["model"], outcome["last_input_tokens"], outcome["threshold"]) == (
+        "tiny-model",
+        10_000,
+        50_000,
+    )
+    assert "not due" in outcome["error"] and "--force" in outcome["error"]
+    assert server.requests == []

@@ -267,6 +267,11 @@ def test_the_undo_event_names_the_thread_the_run_and_the_restored_summary(server
     _, ts, kind, detail, session_id, run_id, actor = event_row
     assert (kind, session_id, run_id, actor) == ("compaction", session, second.run_id, "volumetool")
     assert ts.endswith("Z") and ts[:4] == "20" + ts[2:4]
+    # the event and the compaction's mark are one moment: the undo's transaction
+    undone = sqlite3.connect(w.path).execute(
+        "SELECT undone_at FROM compactions WHERE run_id = ?", (second.run_id,)
+    )
+    assert undone.fetchall() == [(ts,)]
     assert json.loads(detail) == {
         "action": "undo",
         "key": "k",
