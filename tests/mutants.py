@@ -63,6 +63,13 @@ SINGLES: dict[str, str] = {
     **{
         f"volumetool.model_client.x_parse_retry_after__mutmut_{n}": _HEADER_CASE for n in (2, 7, 15)
     },
+    **{
+        f"volumetool.compaction.prompt.x_accept_answer__mutmut_{n}": (
+            "The default of NORMAL_FINISH.get(api, …) is never used: the api is 'openai' or "
+            "'anthropic', the settings refuse any other."
+        )
+        for n in (8, 10)
+    },
     "volumetool.model_client.x_parse_retry_after__mutmut_16": (
         "An absent Retry-After read as 'XXXX' instead of '': neither is a number or a date, "
         "so both give None."
