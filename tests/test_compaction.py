@@ -684,6 +684,15 @@ def test_each_result_line_says_what_happened_in_one_line():
     for line, expected in lines.items():
         assert line == expected
     assert Outcome("v", "k", 1, "skipped").line() == "v k: skipped: "
+    kept = dict(base, status="compacted", folded_turns=1, folded_messages=1, model="m", run_id=2)
+    assert (
+        Outcome(**kept, retention=1.0, missing_facts=[])
+        .line()
+        .endswith("100% of the facts kept; run 2")
+    )
+    many = Outcome(**kept, retention=0.0, missing_facts=[f"fact{n:03d}" for n in range(50)])
+    lost = many.line().split("(lost: ")[1].split(")")[0]
+    assert len(lost) == 120 and lost.endswith("…")  # a long list is cut, not the line
     assert _internal(KeyError("x\ny")) == "internal error: KeyError: 'x\\ny'"
     long = _internal(RuntimeError("y" * 1000))
     assert len(long) == 300 and long.endswith("y…")

@@ -629,3 +629,54 @@ def test_a_malformed_anthropic_answer_keeps_its_usage(content, what):
         _anthropic(payload, "req_1")
     assert str(caught.value) == what
     assert (caught.value.usage.input_tokens, caught.value.usage.output_tokens) == (120, 7)
+
+
+def openai_answer(**message) -> dict:
+    return {
+        "choices": [{"message": message, "finish_reason": message.pop("finish", "stop")}],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 7},
+    }
+
+
+def test_an_openai_answer_is_read_field_by_field():
+    plain = _openai(openai_answer(content="Summary."), "req_1")
+    assert (plain.text, plain.finish, plain.refusal, plain.tool_call, plain.request_id) == (
+        "Summary.",
+        "stop",
+        None,
+        False,
+        "req_1",
+    )
+    # content parts (some compatible servers): the text parts, in order, and nothing else
+    parts = [{"type": "text", "text": "Sum"}, "junk", {"type": "image"}, {"text": "mary."}]
+    assert _openai(openai_answer(content=parts), None).text == "Summary."
+    # a tool call, in either of OpenAI's forms, is no summary
+    for call in ({"tool_calls": [{"id": "c"}]}, {"function_call": {"name": "f"}}):
+        assert _openai(openai_answer(content="x", **call), None).tool_call is True
+    # a refusal only when it is text; a finish reason only when it is text
+    assert _openai(openai_answer(content=None, refusal="I can't."), None).refusal == "I can't."
+    for refusal in ("", 5, None):
+        assert _openai(openai_answer(content="x", refusal=refusal), None).refusal is None
+    assert _openai(openai_answer(content="x", finish=5), None).finish is None
+
+
+def test_openai_content_that_is_neither_text_nor_null_is_malformed_and_keeps_its_usage():
+    with pytest.raises(_Malformed) as caught:
+        _openai(openai_answer(content=5), None)
+    assert str(caught.value) == "message.content is neither text nor null"
+    assert (caught.value.usage.input_tokens, caught.value.usage.output_tokens) == (120, 7)
+
+
+def test_a_model_error_reads_as_one_line_with_its_context():
+    assert str(ModelError("HTTP 500")) == "HTTP 500"
+    error = ModelError("HTTP 500", where="POST h/v1", request_id="req_9")
+    assert str(error) == "HTTP 500 (POST h/v1, request req_9)"
+    error.attempts = 2
+    assert str(error) == "HTTP 500 (POST h/v1, request req_9) after 2 attempts"
+
+
+def test_a_quota_is_known_by_its_code_word_too():
+    # a provider's own code, not in the known list, that names the quota
+    assert classify(
+        429, None, "daily_quota_exceeded", secret="", where="h", request_id=None, retry_after=None
+    ).endpoint_wide
