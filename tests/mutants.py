@@ -57,6 +57,13 @@ _JSON_ESCAPES = (
 _HEADER_CASE = "httpx.Headers looks names up without regard to case."
 SINGLES: dict[str, str] = {
     **{
+        f"volumetool.model_client.xǁModelClientǁ_answer__mutmut_{n}": (
+            "Location's default None instead of '': `if location` reads both as no Location "
+            "(test_every_3xx_answer_is_a_redirect_naming_where_it_points)."
+        )
+        for n in (17, 19)
+    },
+    **{
         f"volumetool.compaction.store.x_commit_summary__mutmut_{n}": _JSON_ESCAPES
         for n in (24, 26, 28)
     },

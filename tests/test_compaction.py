@@ -762,3 +762,29 @@ def test_a_thread_named_but_not_due_is_a_skipped_row_that_says_why(run_cli, volu
     )
     assert "not due" in outcome["error"] and "--force" in outcome["error"]
     assert server.requests == []
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_conflict_counts_the_folded_messages_that_changed(tmp_path, how):
+    """The re-check under the lock says how many of the fold's messages are gone or were
+    written again (SPEC 6, "Identity at commit"), out of how many."""
+    from volumetool.compaction.plan import plan_fold
+    from volumetool.compaction.store import conflict_reason, load_thread
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = due_thread(w, "discord:1", turns=6)
+    thread = load_thread(w.conn, session)
+    fold = plan_fold(thread.live).fold
+    assert conflict_reason(w.conn, thread, fold) is None
+    ids = [m.id for m in fold if m.role == "user"][:3]
+    if how == "deleted":
+        w.conn.execute(f"DELETE FROM messages WHERE id IN ({ids[0]}, {ids[1]})")
+        expected = f"2 of the {len(fold)} messages to fold were folded or deleted meanwhile"
+    else:
+        w.conn.execute(f"UPDATE messages SET content = 'new' WHERE id IN {tuple(ids)}")
+        expected = (
+            f"3 of the {len(fold)} messages to fold were replaced meanwhile "
+            "(the thread was reset and written again)"
+        )
+    assert len(fold) > 3 and conflict_reason(w.conn, thread, fold) == expected
+    w.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import socket
 import ssl
 from datetime import UTC, datetime, timedelta
@@ -680,3 +681,55 @@ def test_a_quota_is_known_by_its_code_word_too():
     assert classify(
         429, None, "daily_quota_exceeded", secret="", where="h", request_id=None, retry_after=None
     ).endpoint_wide
+
+
+# -- one answer as the client reads it, headers and status alone --------------------------
+
+ANSWER_URL = "http://127.0.0.1:9/v1/chat/completions"
+
+
+def answer(status: int, headers: dict[str, str], body: bytes = b"") -> object:
+    """What ModelClient._answer makes of one HTTP answer to ANSWER_URL: a Completion or the
+    ModelError it raises."""
+    endpoint = Endpoint("openai", "http://127.0.0.1:9/v1", "m", KEY, max_tokens=100, timeout=5)
+    client = ModelClient(endpoint)
+    response = httpx.Response(status, headers=headers, request=httpx.Request("POST", ANSWER_URL))
+    try:
+        return client._answer(response, body)
+    except ModelError as exc:
+        return exc
+    finally:
+        asyncio.run(client.aclose())
+
+
+@pytest.mark.parametrize("status", [300, 301, 302, 303, 307, 308, 399])
+def test_every_3xx_answer_is_a_redirect_naming_where_it_points(status):
+    # httpx follows no redirect (a POST must not become a GET): every 3xx is the endpoint
+    # saying it lives elsewhere, so base_url is wrong for every thread.
+    moved = answer(status, {"location": "/v2/chat"})
+    assert isinstance(moved, ModelError)
+    assert moved.reason == "endpoint redirected to http://127.0.0.1:9/v2/chat: set base_url to it"
+    assert (moved.status, moved.endpoint_wide) == (status, True)
+    nowhere = answer(status, {})
+    assert isinstance(nowhere, ModelError)
+    assert nowhere.reason == "endpoint redirected to another URL: set base_url to it"
+
+
+def test_the_request_id_is_read_from_either_header():
+    # OpenAI sends x-request-id, Anthropic request-id; a malformed answer names it.
+    for headers, expected in (
+        ({"x-request-id": "req_x"}, "req_x"),
+        ({"request-id": "req_a"}, "req_a"),
+        ({"x-request-id": "req_x", "request-id": "req_a"}, "req_x"),
+        ({}, None),
+    ):
+        error = answer(200, {"content-type": "application/json", **headers}, b"[1]")
+        assert isinstance(error, ModelError)
+        assert error.request_id == expected
+
+
+def test_an_answer_without_a_content_type_is_read_as_json():
+    body = json.dumps(openai_answer(content="Summary.")).encode()
+    completion = answer(200, {}, body)
+    assert not isinstance(completion, ModelError)
+    assert completion.text == "Summary."

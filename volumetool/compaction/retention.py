@@ -962,9 +962,13 @@ class _Summary:
         self.names: set[str] = set()
         self.hashes: list[str] = []
         # Read as the fold side reads text, and with code spans opened up (`v1.2.3` carries
-        # its version); where they differ, a fact either reading offers is found.
-        readings = [summary, summary.replace("`", " ")] if "`" in summary else [summary]
-        for branch, found in (match for text in readings for match in _scan(text)):
+        # its version); where they differ, a fact either reading offers is found. No fact
+        # spans a line, so only the lines with a backtick are read the second way.
+        readings = [summary]
+        if "`" in summary:
+            opened = [line for line in summary.split("\n") if "`" in line]
+            readings.append("\n".join(opened).replace("`", " "))
+        for branch, found in {match for text in readings for match in _scan(text)}:
             for fact, _, offers in _parsed(branch, found):
                 self.keys.update(offers)
                 matcher = _MATCHER.get(fact.kind, "name")
