@@ -272,13 +272,23 @@ def test_erased_text_is_in_no_byte_of_the_file_its_wal_or_shm(tmp_path, run_cli,
     assert run_cli("check", path).exit_code == 0
 
 
-def test_an_erase_finishes_when_the_search_index_is_damaged(tmp_path, run_cli):
+@pytest.mark.parametrize(
+    "damage", ["malformed", *(f"no {suffix}" for suffix in ("data", "idx", "content", "config"))]
+)
+def test_an_erase_finishes_when_the_search_index_is_damaged(tmp_path, run_cli, damage):
     # the index is volumetool's own copy of the text: a damaged one must not keep the erased
-    # text in the file for good (each erase again failing on it)
+    # text in the file for good (each erase again failing on it), nor one that lost a table
+    # of its own to a hand (SQLite must open an FTS5 table to drop it)
     path, agent = conversation(tmp_path)
     agent.conn.close()
     assert run_cli("search", path, MARKER).exit_code == 0  # builds the index
-    damage_search_index(path)
+    if damage == "malformed":
+        damage_search_index(path)
+    else:
+        conn = sqlite3.connect(path)
+        conn.execute(f"DROP TABLE search_messages_{damage.split()[1]}")
+        conn.commit()
+        conn.close()
     assert holds(path, MARKER)
     result = run_cli("erase", path, "--key", "telegram:ana", "--memories-prefix", "ana.", "--yes")
     assert result.exit_code == 0, result

@@ -733,3 +733,14 @@ def test_an_answer_without_a_content_type_is_read_as_json():
     completion = answer(200, {}, body)
     assert not isinstance(completion, ModelError)
     assert completion.text == "Summary."
+
+
+def test_an_event_stream_is_known_by_its_first_line_whatever_its_label():
+    # A proxy forcing stream: true may label the stream application/json and begin it with
+    # blank lines (SSE allows them): its first non-blank line is what gives it away.
+    for body in (b"data: {}\n\n", b"\n\r\n  event: message_start\n", b": keep-alive\n"):
+        error = answer(200, {"content-type": "application/json"}, body)
+        assert isinstance(error, ModelError)
+        assert "event stream" in error.reason and error.endpoint_wide
+    error = answer(200, {"content-type": "text/event-stream"}, b"{}")
+    assert isinstance(error, ModelError) and "event stream" in error.reason

@@ -378,10 +378,42 @@ def index_lacking(conn: sqlite3.Connection, found: Pending) -> None:
 
 
 def drop(conn: sqlite3.Connection) -> None:
-    """Drop the index (every object; the next search builds it again)."""
+    """Drop the index (every object; the next search builds it again). SQLite opens an FTS5
+    table to drop it, and cannot when one of its own tables was dropped or emptied by hand
+    ("vtable constructor failed"): those are first put back as a new, empty index has them,
+    so that the text in the others still goes."""
     for name in SEARCH_TABLES:
-        conn.execute(f"DROP TABLE IF EXISTS {name}")
+        try:
+            conn.execute(f"DROP TABLE IF EXISTS {name}")
+        except sqlite3.DatabaseError:
+            _restore_own_tables(conn, name)
+            conn.execute(f"DROP TABLE IF EXISTS {name}")
     conn.execute(f"DROP TABLE IF EXISTS {SEARCH_STATE}")
+
+
+def _restore_own_tables(conn: sqlite3.Connection, name: str) -> None:
+    """Give the FTS5 table `name` back what its constructor reads: each of its shadow tables
+    that is missing, created, and the rows an empty index of this SQLite starts with (its
+    structure record, its format version) written over whatever is left. Both are taken from a
+    new index made in memory, so nothing here depends on FTS5's file format."""
+    fresh = sqlite3.connect(":memory:")
+    try:
+        fresh.execute(f"CREATE VIRTUAL TABLE {name} USING {SEARCH_FTS5}")
+        shadows = fresh.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name LIKE ? ESCAPE '\\'",
+            (name.replace("_", "\\_") + "\\_%",),
+        ).fetchall()
+        for shadow, sql in shadows:
+            if not conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (shadow,)
+            ).fetchone():
+                conn.execute(sql)
+            rows = fresh.execute(f'SELECT * FROM "{shadow}"').fetchall()
+            if rows:
+                places = ", ".join("?" * len(rows[0]))
+                conn.executemany(f'INSERT OR REPLACE INTO "{shadow}" VALUES ({places})', rows)
+    finally:
+        fresh.close()
 
 
 def _maintained(conn: sqlite3.Connection) -> bool:
