@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,8 @@ from volumetool.compaction.prompt import (
     accept_answer,
     check_shorter,
     cut_pieces,
+    first_part,
+    parts_needed,
     render_fold,
     render_request,
 )
@@ -357,3 +360,21 @@ def test_an_archived_thread_is_never_due_in_the_store(tmp_path):
     conn = sqlite3.connect(w.path)
     assert thread_due(conn, s, ON).is_due
     assert not thread_due(conn, s, ON, active=False).is_due
+
+
+# Each piece costs its estimate (four ASCII characters a token, rounded up) and one token for
+# the line that parts it from the next: "abcd" costs 2, "abcdefgh" 3.
+@pytest.mark.parametrize(
+    ("pieces", "budget", "first", "parts"),
+    [
+        (["abcd"] * 7, 6, 3, 3),  # 2 + 2 + 2 fits 6 exactly; the parts carry 3, 3, 1
+        (["abcd"] * 7, 5, 2, 4),
+        (["abcdefgh", "abcd"], 4, 1, 2),  # 3 + 2 is over 4
+        (["abcdefgh", "abcd"], 5, 2, 1),
+        (["abcd" * 10], 1, 1, 1),  # a piece over the budget alone still goes: at least one
+        ([], 10, 0, 0),
+    ],
+)
+def test_a_part_carries_as_many_pieces_as_fit_its_budget_together(pieces, budget, first, parts):
+    assert first_part(pieces, budget) == first
+    assert parts_needed(pieces, budget) == parts
