@@ -465,3 +465,49 @@ def test_a_cut_off_answer_is_not_a_prompt_too_long(server, tmp_path):
     [outcome], _ = compact([str(w.path)], request(server))
     assert outcome.status == "failed" and "cut off" in outcome.error
     assert len(server.requests) == 1
+
+
+def test_each_part_names_its_place_among_the_parts(server, tmp_path):
+    """A fold sent in parts says in each request which part it is, of how many (the model
+    must know the summary so far covers what came before)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "long", turns=30)
+    w.close()
+    [outcome], _ = compact([str(w.path)], request(server, max_input_tokens=6_000))
+    assert outcome.status == "compacted"
+    total = len(server.requests)
+    assert total >= 3
+    for n, sent in enumerate(server.requests, 1):
+        user = sent["body"]["messages"][-1]["content"]
+        assert f"This is part {n} of {total} of the conversation to fold" in user
+
+
+def test_a_prompt_too_long_is_halved_six_times_then_the_thread_fails(server, tmp_path):
+    """SPEC 6 ("Long folds", and no failure repeating unbounded): each "prompt too long"
+    halves the part, at most six times, so seven requests in all; every one of them in
+    `runs`. The fold here is large enough that a 64th of it still makes a part."""
+    from volumetool.compaction.summarize import MAX_HALVINGS
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "huge", turns=600)
+    w.close()
+    server.fault = "context_length"
+    [outcome], code = compact([str(w.path)], request(server))
+    assert (outcome.status, code) == ("failed", 1)
+    assert len(server.requests) == 1 + MAX_HALVINGS == 7
+    assert "context_length_exceeded" in outcome.error and "smallest parts" not in outcome.error
+
+
+def test_a_request_with_no_room_for_the_conversation_says_so_without_a_call(server, tmp_path):
+    """The summary so far takes the room of the answer it will become: a previous summary as
+    large as the whole request leaves no room for the conversation, which is said as it is,
+    before any call (no "prompt too long" was ever answered)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = due_thread(w, "k0")
+    w.conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", ("word " * 64_000, s))
+    w.close()
+    [outcome], code = compact([str(w.path)], request(server, max_input_tokens=80_000))
+    assert (outcome.status, code) == ("failed", 1)
+    assert outcome.error.startswith("a request has room for only ")
+    assert outcome.error.endswith(" conversation tokens; raise --max-input-tokens")
+    assert server.requests == []
