@@ -57,6 +57,14 @@ _JSON_ESCAPES = (
 _HEADER_CASE = "httpx.Headers looks names up without regard to case."
 SINGLES: dict[str, str] = {
     **{
+        f"volumetool.compaction.summarize.x_summarize__mutmut_{n}": (
+            "`calls` is only ever compared with 0 (did this thread send anything): set to 1 or "
+            "raised by 2 at each sent call, it is non-zero exactly when `+= 1` makes it so "
+            "(test_a_breaker_opened_after_a_paid_call_fails_the_thread_with_its_cost)."
+        )
+        for n in (71, 73)
+    },
+    **{
         f"volumetool.model_client.xǁModelClientǁ_answer__mutmut_{n}": (
             "Location's default None instead of '': `if location` reads both as no Location "
             "(test_every_3xx_answer_is_a_redirect_naming_where_it_points)."

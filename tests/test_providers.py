@@ -511,3 +511,49 @@ def test_a_request_with_no_room_for_the_conversation_says_so_without_a_call(serv
     assert outcome.error.startswith("a request has room for only ")
     assert outcome.error.endswith(" conversation tokens; raise --max-input-tokens")
     assert server.requests == []
+
+
+class ScriptedClient:
+    """A model client that answers each call from a script: a Completion, or an exception."""
+
+    def __init__(self, api: str, *script: object) -> None:
+        from volumetool.model_client import Endpoint
+
+        self.endpoint = Endpoint(api, "http://127.0.0.1:9/v1", "m", KEY, max_tokens=100, timeout=5)
+        self.script = list(script)
+        self.users: list[str] = []
+
+    async def complete(self, system: str, user: str) -> object:
+        self.users.append(user)
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+
+@pytest.mark.parametrize("before", ["", "ok", "ok ok", "ok too_long", "too_long"])
+def test_a_breaker_opened_after_a_paid_call_fails_the_thread_with_its_cost(before):
+    """When another thread finds the endpoint unusable while this one is between calls (after
+    a part, or after "prompt too long"), this thread is `failed` with what its calls cost (a
+    run and an audit event); only a thread that sent nothing at all is merely skipped
+    (SPEC 6: spend is data)."""
+    import asyncio
+
+    from volumetool.compaction.plan import Message
+    from volumetool.compaction.summarize import Limits, SummaryFailed, summarize
+    from volumetool.model_client import Completion, EndpointUnusable, ModelError
+    from volumetool.usage import Usage
+
+    steps = {
+        "ok": Completion("Summary so far.", "stop", Usage(1000, 50, 1000)),
+        "too_long": ModelError("HTTP 400: prompt is too long", too_long=True, usage=Usage(7, 0)),
+    }
+    script = [steps[step] for step in before.split()]
+    client = ScriptedClient("openai", *script, EndpointUnusable("endpoint unusable: HTTP 401"))
+    fold = [Message(n, "user", f"message {n} " + "word " * 1500) for n in range(1, 9)]
+    with pytest.raises(SummaryFailed) as failed:
+        asyncio.run(summarize(client, "Summarize.", None, fold, Limits(6_000, 1_000)))
+    assert len(client.users) == len(script) + 1
+    assert failed.value.unusable is (not script)
+    paid = 1000 * before.count("ok") + 7 * before.count("too_long")
+    assert failed.value.usage.input_tokens == (paid or None)
