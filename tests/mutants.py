@@ -56,6 +56,11 @@ _JSON_ESCAPES = (
 )
 _HEADER_CASE = "httpx.Headers looks names up without regard to case."
 SINGLES: dict[str, str] = {
+    "volumetool.compaction.summarize.x_summarize__mutmut_101": (
+        "A halved budget of x.5 instead of x: it only meets whole token counts (n <= x.5 "
+        "exactly when n <= x), and moves where a cut message's pieces end by under a "
+        "character a token; nothing a summary or a test can see."
+    ),
     **{
         f"volumetool.compaction.summarize.x_summarize__mutmut_{n}": (
             "`calls` is only ever compared with 0 (did this thread send anything): set to 1 or "

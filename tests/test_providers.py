@@ -495,6 +495,8 @@ def test_a_prompt_too_long_is_halved_six_times_then_the_thread_fails(server, tmp
     [outcome], code = compact([str(w.path)], request(server))
     assert (outcome.status, code) == ("failed", 1)
     assert len(server.requests) == 1 + MAX_HALVINGS == 7
+    sizes = [len(server.conversation(r["body"])) for r in server.requests]
+    assert all(0.4 < b / a <= 0.5 for a, b in zip(sizes, sizes[1:], strict=False))  # halves
     assert "context_length_exceeded" in outcome.error and "smallest parts" not in outcome.error
 
 
@@ -557,3 +559,22 @@ def test_a_breaker_opened_after_a_paid_call_fails_the_thread_with_its_cost(befor
     assert failed.value.unusable is (not script)
     paid = 1000 * before.count("ok") + 7 * before.count("too_long")
     assert failed.value.usage.input_tokens == (paid or None)
+
+
+def test_an_answer_that_calls_a_tool_is_no_summary_even_when_it_says_stop():
+    """vLLM and some proxies end an answer that calls a tool with finish_reason "stop": the
+    tool call, not the finish reason, says it is no summary."""
+    import asyncio
+
+    from volumetool.compaction.plan import Message
+    from volumetool.compaction.summarize import SummaryFailed, summarize
+    from volumetool.model_client import Completion
+    from volumetool.usage import Usage
+
+    answer = Completion("Let me read the file first.", "stop", Usage(100, 5), tool_call=True)
+    client = ScriptedClient("openai", answer)
+    fold = [Message(1, "user", "Deploy 4471?"), Message(2, "assistant", "Done.")]
+    with pytest.raises(SummaryFailed) as failed:
+        asyncio.run(summarize(client, "Summarize.", None, fold))
+    assert "tool call instead of a summary" in str(failed.value)
+    assert failed.value.usage.input_tokens == 100
