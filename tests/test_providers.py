@@ -5,6 +5,7 @@ from calling again, and that every failure leaves the transcript byte-identical 
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -496,7 +497,7 @@ def test_a_prompt_too_long_is_halved_six_times_then_the_thread_fails(server, tmp
     assert (outcome.status, code) == ("failed", 1)
     assert len(server.requests) == 1 + MAX_HALVINGS == 7
     sizes = [len(server.conversation(r["body"])) for r in server.requests]
-    assert all(0.4 < b / a <= 0.5 for a, b in zip(sizes, sizes[1:], strict=False))  # halves
+    assert all(0.4 < b / a <= 0.5 for a, b in itertools.pairwise(sizes))  # halves
     assert "context_length_exceeded" in outcome.error and "smallest parts" not in outcome.error
 
 
