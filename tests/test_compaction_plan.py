@@ -378,3 +378,20 @@ def test_an_archived_thread_is_never_due_in_the_store(tmp_path):
 def test_a_part_carries_as_many_pieces_as_fit_its_budget_together(pieces, budget, first, parts):
     assert first_part(pieces, budget) == first
     assert parts_needed(pieces, budget) == parts
+
+
+def test_tool_calls_in_every_shape_the_runtimes_store_are_rendered_one_line_each():
+    """OpenAI's list of calls, Anthropic's tool_use blocks, one call stored as an object, and
+    text that is not JSON: each call reaches the summarizer as a line with its name, id and
+    arguments (SPEC 6: tool calls and results are part of the fold)."""
+    anthropic = [{"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "x"}}]
+    single = {"id": "c9", "function": {"name": "read_file", "arguments": '{"path": "b"}'}}
+    for stored, expected in (
+        (anthropic, ['[assistant called tool search (toolu_1)] {"q": "x"}']),
+        (single, ['[assistant called tool read_file (c9)] {"path": "b"}']),
+        ([single, single], ['[assistant called tool read_file (c9)] {"path": "b"}'] * 2),
+    ):
+        [rendered] = render_fold([Message(1, "assistant", "", json.dumps(stored))])
+        assert rendered.splitlines() == expected, rendered
+    [broken] = render_fold([Message(1, "assistant", "", "call(x")])
+    assert "[assistant called tools] call(x" in broken

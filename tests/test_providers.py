@@ -579,3 +579,35 @@ def test_an_answer_that_calls_a_tool_is_no_summary_even_when_it_says_stop():
         asyncio.run(summarize(client, "Summarize.", None, fold))
     assert "tool call instead of a summary" in str(failed.value)
     assert failed.value.usage.input_tokens == 100
+
+
+def test_a_summary_is_held_to_the_previous_summary_and_the_fold_together():
+    """What a summary replaces is the previous summary and the fold: a second compaction's
+    summary may be longer than the fold alone (it carries the history), never than both."""
+    import asyncio
+
+    from volumetool.compaction.plan import Message
+    from volumetool.compaction.summarize import SummaryFailed, summarize
+    from volumetool.model_client import Completion
+    from volumetool.usage import Usage
+
+    previous = "Earlier: the deploy of 4471 was approved by Ana. " * 20  # 1,000 characters
+    fold = [Message(1, "user", "Deploy 4471?"), Message(2, "assistant", "Done.")]
+    longer_than_the_fold = "Deploy 4471 approved by Ana and done. " * 10  # 380 characters
+    client = ScriptedClient("openai", Completion(longer_than_the_fold, "stop", Usage(10, 5)))
+    done = asyncio.run(summarize(client, "Summarize.", previous, fold))
+    assert done.text == longer_than_the_fold.strip()
+    client = ScriptedClient("openai", Completion("x" * 1_100, "stop", Usage(10, 5)))
+    with pytest.raises(SummaryFailed, match="not shorter than what it replaces"):
+        asyncio.run(summarize(client, "Summarize.", previous, fold))
+
+
+def test_nothing_to_fold_is_said_without_a_call():
+    import asyncio
+
+    from volumetool.compaction.summarize import SummaryFailed, summarize
+
+    client = ScriptedClient("openai")
+    with pytest.raises(SummaryFailed, match=r"^nothing to summarize$"):
+        asyncio.run(summarize(client, "Summarize.", None, []))
+    assert client.users == []
