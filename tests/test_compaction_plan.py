@@ -390,6 +390,11 @@ def test_tool_calls_in_every_shape_the_runtimes_store_are_rendered_one_line_each
         (anthropic, ['[assistant called tool search (toolu_1)] {"q": "x"}']),
         (single, ['[assistant called tool read_file (c9)] {"path": "b"}']),
         ([single, single], ['[assistant called tool read_file (c9)] {"path": "b"}'] * 2),
+        # what a runtime may leave out or get wrong: the name, the arguments, the shape
+        ([{"id": "c1", "function": {"arguments": "{}"}}], ["[assistant called tool ? (c1)] {}"]),
+        ([{"name": "ping"}], ["[assistant called tool ping] "]),
+        ([{"function": "read_file"}], ["[assistant called tool ?] "]),
+        (["read_file"], ["[assistant called tool ?] "]),
     ):
         [rendered] = render_fold([Message(1, "assistant", "", json.dumps(stored))])
         assert rendered.splitlines() == expected, rendered
