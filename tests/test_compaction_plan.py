@@ -400,3 +400,20 @@ def test_tool_calls_in_every_shape_the_runtimes_store_are_rendered_one_line_each
         assert rendered.splitlines() == expected, rendered
     [broken] = render_fold([Message(1, "assistant", "", "call(x")])
     assert "[assistant called tools] call(x" in broken
+
+
+def test_each_message_is_rendered_with_its_role_and_nothing_else_added():
+    call = json.dumps([{"id": "c1", "function": {"name": "ls", "arguments": "{}"}}])
+    for message, expected in (
+        (Message(1, "tool", "ok", None, "c1"), "[tool result for c1]\nok"),
+        (Message(1, "tool", "ok", None, None), "[tool result]\nok"),
+        (Message(1, "user", ""), "[user]"),
+        (Message(1, "user", "Hi.\nThere."), "[user]\nHi.\nThere."),
+        (Message(1, "assistant", "", call), "[assistant called tool ls (c1)] {}"),
+        (
+            Message(1, "assistant", "Let me look.", call),
+            "[assistant]\nLet me look.\n[assistant called tool ls (c1)] {}",
+        ),
+    ):
+        [rendered] = render_fold([message])
+        assert rendered == expected
