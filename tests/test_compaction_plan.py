@@ -384,10 +384,10 @@ def test_tool_calls_in_every_shape_the_runtimes_store_are_rendered_one_line_each
     """OpenAI's list of calls, Anthropic's tool_use blocks, one call stored as an object, and
     text that is not JSON: each call reaches the summarizer as a line with its name, id and
     arguments (SPEC 6: tool calls and results are part of the fold)."""
-    anthropic = [{"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "x"}}]
+    anthropic = [{"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "café"}}]
     single = {"id": "c9", "function": {"name": "read_file", "arguments": '{"path": "b"}'}}
     for stored, expected in (
-        (anthropic, ['[assistant called tool search (toolu_1)] {"q": "x"}']),
+        (anthropic, ['[assistant called tool search (toolu_1)] {"q": "café"}']),
         (single, ['[assistant called tool read_file (c9)] {"path": "b"}']),
         ([single, single], ['[assistant called tool read_file (c9)] {"path": "b"}'] * 2),
         # what a runtime may leave out or get wrong: the name, the arguments, the shape
