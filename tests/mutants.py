@@ -56,6 +56,15 @@ _JSON_ESCAPES = (
 )
 _HEADER_CASE = "httpx.Headers looks names up without regard to case."
 SINGLES: dict[str, str] = {
+    "volumetool.compaction.plan.x_backoff_until__mutmut_15": (
+        "The exponent's cap only keeps the number small: 15 min x 2^16 and x 2^17 are both far "
+        "past the 24 h the wait is cut to."
+    ),
+    "volumetool.compaction.prompt.x_cut_pieces__mutmut_13": (
+        "A piece of at least 1 or at least 2 characters: with a budget of at least 500 tokens "
+        "(MIN_PART_TOKENS) a piece is hundreds of characters in any script, so the floor "
+        "never binds."
+    ),
     "volumetool.compaction.summarize.x_summarize__mutmut_101": (
         "A halved budget of x.5 instead of x: it only meets whole token counts (n <= x.5 "
         "exactly when n <= x), and moves where a cut message's pieces end by under a "

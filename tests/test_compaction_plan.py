@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -12,8 +13,10 @@ from tests.conftest import examples
 from tests.support.oracle import expected_fold
 from tests.support.strategies import transcripts
 from volumetool.compaction.plan import (
+    BACKOFF_MAX,
     Message,
     RunFact,
+    backoff_until,
     check_due,
     estimate_text_tokens,
     plan_fold,
@@ -84,6 +87,10 @@ def test_a_message_over_a_part_is_cut_into_marked_pieces_that_fit_and_join_back(
         assert estimate_text_tokens(piece) <= MIN_PART_TOKENS
         body.append(text)
     assert "".join(body) == long
+    # Each piece takes the characters of (budget - 20) tokens, leaving 20 for its marker: at
+    # 520, 4,000 characters (1,000 tokens) are exactly two pieces of 2,000.
+    halves = cut_pieces(["h" * 4000], 520)
+    assert [len(piece.split("\n", 1)[1]) for piece in halves] == [2000, 2000]
     try:
         cut_pieces(["x"], MIN_PART_TOKENS - 1)
     except SummaryRejected as exc:
@@ -417,3 +424,14 @@ def test_each_message_is_rendered_with_its_role_and_nothing_else_added():
     ):
         [rendered] = render_fold([message])
         assert rendered == expected
+
+
+def test_a_failing_thread_waits_fifteen_minutes_doubled_for_each_failure_up_to_a_day():
+    """SPEC 6, "Spend": skipped until the last failure + min(15 min x 2^(n-1), 24 h)."""
+    last = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    minutes = {1: 15, 2: 30, 3: 60, 4: 120, 6: 480, 7: 960, 8: 24 * 60, 40: 24 * 60}
+    for failures, wait in minutes.items():
+        assert backoff_until(failures, last) == last + timedelta(minutes=wait)
+    assert timedelta(hours=24) == BACKOFF_MAX
+    assert backoff_until(0, last) is None  # no failure since the last success
+    assert backoff_until(3, None) is None  # no failure time known
