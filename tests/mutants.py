@@ -56,6 +56,12 @@ _JSON_ESCAPES = (
 )
 _HEADER_CASE = "httpx.Headers looks names up without regard to case."
 SINGLES: dict[str, str] = {
+    "volumetool.compaction.prompt.x_data_tag__mutmut_10": (
+        "'UTF-8' and 'utf-8' name the same codec (Python looks codec names up without case)."
+    ),
+    "volumetool.compaction.prompt.x_data_tag__mutmut_21": (
+        "range(16, 66, 8) and range(16, 65, 8) give the same sizes, 16 to 64."
+    ),
     "volumetool.compaction.plan.x_backoff_until__mutmut_15": (
         "The exponent's cap only keeps the number small: 15 min x 2^16 and x 2^17 are both far "
         "past the 24 h the wait is cut to."

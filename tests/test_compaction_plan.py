@@ -435,3 +435,36 @@ def test_a_failing_thread_waits_fifteen_minutes_doubled_for_each_failure_up_to_a
     assert timedelta(hours=24) == BACKOFF_MAX
     assert backoff_until(0, last) is None  # no failure since the last success
     assert backoff_until(3, None) is None  # no failure time known
+
+
+def test_the_data_tag_is_the_shortest_prefix_of_the_datas_digest_that_the_data_lacks(
+    monkeypatch,
+):
+    """The fence tag: 16 hex digits of the SHA-256 of the texts (NUL between them), longer by
+    8 at a time while a text holds it, the whole digest with the data's length last of all;
+    so no text can hold the tag of the request that carries it."""
+    import hashlib
+
+    from volumetool.compaction import prompt
+
+    texts = ("summary so far", "conversation \ud800 with a lone surrogate")
+    joined = "\x00".join(texts).encode("utf-8", "surrogatepass")
+    assert prompt.data_tag(*texts) == hashlib.sha256(joined).hexdigest()[:16]
+
+    digest = "0123456789abcdef" * 4  # a digest the data can be made to hold
+
+    class Fixed:
+        def __init__(self, data: bytes) -> None:
+            pass
+
+        def hexdigest(self) -> str:
+            return digest
+
+    monkeypatch.setattr(prompt.hashlib, "sha256", Fixed)
+    for held, tag in (
+        ("", digest[:16]),
+        (digest[:16], digest[:24]),
+        (digest[:56], digest[:64]),
+        (digest, f"{digest}-{len(digest) + 4}"),
+    ):
+        assert prompt.data_tag(f"a {held} b", "") == tag
