@@ -399,15 +399,11 @@ def _restore_own_tables(conn: sqlite3.Connection, name: str) -> None:
     fresh = sqlite3.connect(":memory:")
     try:
         fresh.execute(f"CREATE VIRTUAL TABLE {name} USING {SEARCH_FTS5}")
-        shadows = fresh.execute(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name LIKE ? ESCAPE '\\'",
-            (name.replace("_", "\\_") + "\\_%",),
+        shadows = fresh.execute(  # the fresh database holds this index and nothing else
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name != ?", (name,)
         ).fetchall()
         for shadow, sql in shadows:
-            if not conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (shadow,)
-            ).fetchone():
-                conn.execute(sql)
+            conn.execute(sql.replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1))
             rows = fresh.execute(f'SELECT * FROM "{shadow}"').fetchall()
             if rows:
                 places = ", ".join("?" * len(rows[0]))
