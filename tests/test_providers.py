@@ -611,3 +611,128 @@ def test_nothing_to_fold_is_said_without_a_call():
     with pytest.raises(SummaryFailed, match=r"^nothing to summarize$"):
         asyncio.run(summarize(client, "Summarize.", None, []))
     assert client.users == []
+
+
+def test_a_dry_run_estimates_the_previous_summary_with_the_fold(server, tmp_path):
+    """What a compaction would replace is the previous summary and the fold: a previous
+    summary of 4,000 characters adds its 1,000 tokens (a token is about four characters) to
+    the estimate a dry run lists."""
+    estimates = []
+    for n, summary in enumerate((None, "Earlier: " + "x" * 3_991)):
+        w = VolumeWriter(tmp_path / f"agent{n}.db")
+        s = due_thread(w, "k0")
+        w.conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, s))
+        w.close()
+        [outcome], code = compact([str(w.path)], request(server, dry_run=True))
+        assert (outcome.status, code) == ("would_compact", 0)
+        estimates.append(outcome.estimated_tokens)
+    assert estimates[1] - estimates[0] == 1_000
+    assert server.requests == []
+
+
+def test_the_answer_keeps_room_of_max_summary_tokens_in_every_request(server, tmp_path):
+    """--max-summary-tokens is room the answer needs inside --max-input-tokens: the more room
+    it takes, the smaller each part and the more parts; every request's estimate (a token
+    about four characters) plus that room stays within the limit."""
+    sent = {}
+    for room in (500, 6_000):
+        server.requests.clear()
+        w = VolumeWriter(tmp_path / f"agent{room}.db")
+        due_thread(w, "long", turns=30)
+        w.close()
+        [outcome], _ = compact(
+            [str(w.path)], request(server, max_input_tokens=8_000, max_summary_tokens=room)
+        )
+        assert outcome.status == "compacted", outcome
+        for r in server.requests:
+            chars = sum(len(m["content"]) for m in r["body"]["messages"])
+            assert chars / 4 + room <= 8_000
+        sent[room] = len(server.requests)
+    assert sent[6_000] > sent[500] >= 1
+
+
+def test_every_outcome_is_reported_as_it_is_done(server, tmp_path):
+    """The progress bar and --nl print each thread's outcome as it is done (compact's
+    on_done): every outcome, each once, the same objects the run returns."""
+    path = volume(tmp_path, threads=3)
+    seen = []
+    outcomes, code = compact([str(path)], request(server), on_done=seen.append)
+    assert code == 0
+    assert sorted(seen, key=lambda o: o.session_id) == outcomes
+    assert [o.status for o in seen] == ["compacted"] * 3
+
+
+def test_a_bad_key_skips_the_other_threads_naming_the_model(server, tmp_path):
+    """The threads skipped once the endpoint is unusable are listed with the model that
+    would have written their summaries, like every other row."""
+    path = volume(tmp_path, threads=6)
+    server.fault = "401"
+    outcomes, code = compact([str(path)], request(server, concurrency=1))
+    assert code == 1
+    assert [o.status for o in outcomes] == ["failed"] + ["skipped"] * 5
+    assert {o.model for o in outcomes} == {"tiny"}
+
+
+def test_a_bug_while_summarizing_is_the_threads_failure_with_its_times(
+    server, tmp_path, monkeypatch
+):
+    """Containment (SPEC 6): an exception nobody foresaw while a thread is summarized becomes
+    that thread's failed run, which says what was raised and when the attempt ended."""
+    from volumetool.compaction import run
+
+    async def broken(*args, **kwargs):
+        raise LookupError("a bug in the summarizer")
+
+    monkeypatch.setattr(run, "summarize", broken)
+    path = volume(tmp_path)
+    [outcome], code = compact([str(path)], request(server))
+    assert (outcome.status, code) == ("failed", 1)
+    assert outcome.error == "internal error: LookupError: a bug in the summarizer"
+    [row] = [r for r in table_dump(path)["runs"] if r[2] == "compaction"]
+    assert row[4] == "error" and row[8] == outcome.error
+    assert row[9] <= row[10]  # started_at, finished_at: both stamped
+
+
+def test_a_failed_thread_waits_for_its_fact_reading_before_it_is_written(
+    server, tmp_path, monkeypatch
+):
+    """The fold's facts are read in a thread while the model writes; a summary request that
+    fails at once does not leave that reading running behind the thread's outcome (a thread
+    cannot be cancelled: it is waited for)."""
+    import threading
+    import time
+
+    from volumetool.compaction import run
+
+    finished = threading.Event()
+    at_write = []
+
+    def slow_facts(previous, fold):
+        time.sleep(0.3)
+        finished.set()
+        return []
+
+    real_finish = run.finish
+
+    def finish(job, ending):
+        at_write.append(finished.is_set())
+        return real_finish(job, ending)
+
+    monkeypatch.setattr(run, "facts_of_fold", slow_facts)
+    monkeypatch.setattr(run, "finish", finish)
+    server.fault = "empty"
+    [outcome], _ = compact([str(volume(tmp_path))], request(server))
+    assert outcome.status == "failed" and at_write == [True]
+
+
+def test_concurrency_above_the_pools_default_is_honoured(server, tmp_path):
+    """--concurrency N means N model calls in flight, also past 16 (the HTTP client's own
+    default pool size): the connection pool is sized to it."""
+    path = volume(tmp_path, threads=20)
+    server.latency, server.max_in_flight = 0.5, 0
+    try:
+        outcomes, code = compact([str(path)], request(server, concurrency=20, timeout=10.0))
+    finally:
+        server.latency = 0.0
+    assert code == 0 and len(outcomes) == 20
+    assert server.max_in_flight == 20
