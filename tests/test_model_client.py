@@ -744,3 +744,17 @@ def test_an_event_stream_is_known_by_its_first_line_whatever_its_label():
         assert "event stream" in error.reason and error.endpoint_wide
     error = answer(200, {"content-type": "text/event-stream"}, b"{}")
     assert isinstance(error, ModelError) and "event stream" in error.reason
+
+
+def test_every_unreadable_answer_names_its_request():
+    # Whatever is wrong with a 200's body, the error names the request, for the provider's
+    # support: an event stream, JSON nested too deeply, not JSON, JSON that is no object.
+    for headers, body, reason in (
+        ({"content-type": "text/event-stream"}, b"data: {}\n\n", "event stream"),
+        ({}, b"[" * 100_000 + b"]" * 100_000, "malformed response: JSON nested too deeply"),
+        ({}, b"<html>", "malformed response: not JSON"),
+        ({}, b'"text"', "malformed response: not a JSON object"),
+    ):
+        error = answer(200, {**headers, "x-request-id": "req_7"}, body)
+        assert isinstance(error, ModelError)
+        assert reason in error.reason and error.request_id == "req_7"
