@@ -758,3 +758,13 @@ def test_every_unreadable_answer_names_its_request():
         error = answer(200, {**headers, "x-request-id": "req_7"}, body)
         assert isinstance(error, ModelError)
         assert reason in error.reason and error.request_id == "req_7"
+
+
+def test_an_answer_with_choices_is_read_even_beside_an_error_field():
+    # Some gateways add an "error" member (null, or a note) to an answer that has its
+    # choices: the answer is what counts; only an "error" without choices is an error.
+    for note in (None, {"message": "upstream retried"}):
+        body = json.dumps({**openai_answer(content="Summary."), "error": note}).encode()
+        completion = answer(200, {"content-type": "application/json"}, body)
+        assert not isinstance(completion, ModelError), completion
+        assert completion.text == "Summary."
