@@ -162,6 +162,15 @@ SINGLES: dict[str, str] = {
         )
         for n in (40, 45)
     },
+    "volumetool.compaction.plan.x_check_due__mutmut_55": (
+        "An agent run newer than or as new as the last compaction: run ids are unique and the "
+        "compaction's own run is excluded by its trigger, so no agent run has its id."
+    ),
+    "volumetool.compaction.plan.x_fold_cut__mutmut_16": (
+        "One more pass at cut 0: no pair can move a cut of 0 (both conditions need a turn "
+        "before it), so the pass changes nothing and the loop ends."
+    ),
+    "volumetool.compaction.plan.x_fold_cut__mutmut_18": "None and False are both false.",
     "volumetool.model_client.xǁRetryPolicyǁdelay__mutmut_15": (
         "The share of the backoff added to a Retry-After (a quarter, or a fifth) is a tuning "
         "constant; what the SPEC asks, that a Retry-After is waited for in full and a longer "

@@ -14,6 +14,7 @@ from tests.support.oracle import expected_fold
 from tests.support.strategies import transcripts
 from volumetool.compaction.plan import (
     BACKOFF_MAX,
+    Due,
     Message,
     RunFact,
     backoff_until,
@@ -468,3 +469,88 @@ def test_the_data_tag_is_the_shortest_prefix_of_the_datas_digest_that_the_data_l
         (digest, f"{digest}-{len(digest) + 4}"),
     ):
         assert prompt.data_tag(f"a {held} b", "") == tag
+
+
+def test_every_verdict_carries_its_figures():
+    """What `status --config`, a dry run and a skipped row show beside the verdict: the
+    threshold wherever one is configured, the figure wherever a run reported one, and the
+    reason in words."""
+    agent = [RunFact(1, "message", "ok", 60_000)]
+    cases = [
+        (
+            check_due(ON, agent, 5, active=False),
+            Due(False, "the thread is archived", None, 50_000),
+        ),
+        (
+            check_due(ON, [RunFact(1, "message", "error", 60_000)], 5),
+            Due(False, "no successful run", None, 50_000),
+        ),
+        (
+            check_due(ON, [*agent, RunFact(2, "compaction", "ok", 900_000)], 5),
+            Due(False, "no agent run since the last compaction", None, 50_000),
+        ),
+        (
+            check_due(ON, [RunFact(1, "message", "ok", None)], 5),
+            Due(False, "the latest run reported no input token count", None, 50_000),
+        ),
+        (
+            check_due(ON, [RunFact(1, "message", "ok", 49_999)], 5),
+            Due(False, "49,999 < 50,000 input tokens", 49_999, 50_000),
+        ),
+        (
+            check_due(ON, agent, 2),
+            Due(False, "only 2 live turn(s); at least 3 are needed", 60_000, 50_000),
+        ),
+        (check_due(ON, agent, 3), Due(True, "60,000 >= 50,000 input tokens", 60_000, 50_000)),
+    ]
+    for found, expected in cases:
+        assert found == expected
+
+
+def test_a_prefix_call_answered_late_moves_the_boundary_past_a_pair_it_then_splits():
+    """Turn 3 answers a call made in turn 1, then a call made in the prefix: keeping the
+    prefix call's result live moves the boundary to turn 3, which would part turn 1's call
+    from its result, so it moves again, to turn 1. Checked by the SPEC's oracle as well."""
+
+    def call(call_id: str) -> str:
+        return json.dumps([{"id": call_id, "type": "function", "function": {"name": "f"}}])
+
+    rows: list[tuple] = [
+        (1, 1, "system", "ctx", None, None),
+        (2, 1, "assistant", "", call("p"), None),
+    ]
+
+    def add(role: str, content: str, tool_calls: str | None = None, answers: str | None = None):
+        rows.append((len(rows) + 1, 1, role, content, tool_calls, answers))
+
+    add("user", "turn 0")
+    add("user", "turn 1")
+    add("assistant", "", call("a"))
+    add("user", "turn 2")
+    add("user", "turn 3")
+    add("tool", "result a", None, "a")
+    add("tool", "result p", None, "p")
+    for n in range(4, 8):
+        add("user", f"turn {n}")
+        add("assistant", f"answer {n}")
+    live = [Message(r[0], r[2], r[3], r[4], r[5]) for r in rows]
+    plan = plan_fold(live)
+    assert [m.content for m in plan.fold] == ["turn 0"]
+    assert [m.id for m in plan.fold] == [r[0] for r in expected_fold(rows)]
+
+
+def test_a_token_estimate_is_four_ascii_characters_and_at_least_one_per_cjk_character():
+    """Estimates err on the large side: four characters a token for ASCII, a CJK character
+    a token or more, any other script more than ASCII; always a whole number."""
+    assert estimate_text_tokens("a" * 400) == 100
+    for text in ("字" * 400, "é" * 400, "🙂" * 400):
+        estimate = estimate_text_tokens(text)
+        assert isinstance(estimate, int) and estimate > 100
+    assert estimate_text_tokens("字" * 400) >= 400
+
+
+def test_calls_without_an_id_or_not_objects_have_no_id():
+    for stored in ('[{"type": "function"}]', '["call_1"]', '[{"id": null}]', "[1, [2]]"):
+        assert Message(1, "assistant", "", stored).call_ids() == []
+    stored = '[{"id": "a"}, "b", {"id": 7}, {"name": "f"}]'
+    assert Message(1, "assistant", "", stored).call_ids() == ["a", "7"]
