@@ -171,6 +171,13 @@ SINGLES: dict[str, str] = {
         "before it), so the pass changes nothing and the loop ends."
     ),
     "volumetool.compaction.plan.x_fold_cut__mutmut_18": "None and False are both false.",
+    "volumetool.compaction.prompt.x_render_request__mutmut_1": (
+        "The default of `part`: it is read only when parts > 1, and every call with more than "
+        "one part passes both."
+    ),
+    "volumetool.compaction.prompt.x__render_calls__mutmut_48": (
+        "ensure_ascii=None instead of False: json.dumps only tests it for truth."
+    ),
     "volumetool.model_client.xǁRetryPolicyǁdelay__mutmut_15": (
         "The share of the backoff added to a Retry-After (a quarter, or a fifth) is a tuning "
         "constant; what the SPEC asks, that a Retry-After is waited for in full and a longer "

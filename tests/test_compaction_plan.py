@@ -554,3 +554,23 @@ def test_calls_without_an_id_or_not_objects_have_no_id():
         assert Message(1, "assistant", "", stored).call_ids() == []
     stored = '[{"id": "a"}, "b", {"id": 7}, {"name": "f"}]'
     assert Message(1, "assistant", "", stored).call_ids() == ["a", "7"]
+
+
+def test_a_request_is_the_tag_then_the_fenced_texts_and_names_its_part_only_in_parts():
+    """SPEC 10: the transcript goes in fenced, with a delimiter the content cannot forge: a
+    tag of hex digits that neither text holds, on both fences of both texts. Only a fold
+    sent in parts says which part a request is."""
+    import re
+
+    whole = render_request("Earlier: greetings.", "[user]\nhello")
+    tag = re.fullmatch(r"Data tag: ([0-9a-f]{16,})", whole.split("\n\n")[0])[1]
+    assert whole == (
+        f"Data tag: {tag}\n\n"
+        f"<<<BEGIN-PREVIOUS-SUMMARY {tag}>>>\nEarlier: greetings.\n"
+        f"<<<END-PREVIOUS-SUMMARY {tag}>>>\n\n"
+        f"<<<BEGIN-CONVERSATION {tag}>>>\n[user]\nhello\n<<<END-CONVERSATION {tag}>>>"
+    )
+    assert " part " not in render_request(None, "[user]\nhello", 1, 1)
+    for part, parts in ((1, 2), (2, 2), (3, 7)):
+        text = render_request(None, "[user]\nhello", part, parts)
+        assert f"\n\nThis is part {part} of {parts} of the conversation to fold;" in text
