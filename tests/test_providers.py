@@ -736,3 +736,73 @@ def test_concurrency_above_the_pools_default_is_honoured(server, tmp_path):
         server.latency = 0.0
     assert code == 0 and len(outcomes) == 20
     assert server.max_in_flight == 20
+
+
+def test_retention_is_the_share_of_facts_kept_to_four_decimals(server, tmp_path):
+    """SPEC 10: each result carries `retention` (0-1), the share of the fold's hard facts the
+    summary kept, and `missing_facts`; written to four decimals (two of three: 0.6667)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = w.thread("k0")
+    for n in range(3):
+        w.message(s, "user", f"Please close ticket OPS-{4471 + n} today.")
+        w.message(s, "assistant", "Closed.")
+    for _ in range(2):
+        w.message(s, "user", "Anything else?")
+        w.message(s, "assistant", "No.")
+    w.run(s, input_tokens=60_000, output_tokens=300, last_input_tokens=60_000)
+    w.close()
+    server.answer = lambda body: "Closed tickets OPS-4471 and OPS-4472."
+    [outcome], code = compact([str(w.path)], request(server, min_fold_tokens=0))
+    assert (outcome.status, code) == ("compacted", 0), outcome
+    assert outcome.retention == 0.6667
+    assert outcome.missing_facts == ["OPS-4473"]
+
+
+@pytest.mark.parametrize("ending", ["compacted", "failed", "conflict"])
+def test_every_ending_reports_the_model_and_tokens_its_run_row_holds(server, tmp_path, ending):
+    """SPEC 6 (spend): the result line of a thread shows what its call cost, the same model
+    and tokens as its run row, whether it was compacted, failed or found in conflict; the
+    compaction's audit event carries its retention and missing facts."""
+    path = volume(tmp_path)
+    if ending == "failed":
+        server.fault = "empty"
+    if ending == "conflict":
+
+        def agent_edits(body):
+            w = VolumeWriter(path)
+            w.conn.execute("UPDATE messages SET content = 'edited' WHERE role = 'user'")
+            w.close()
+
+        server.on_request = agent_edits
+    [outcome], _ = compact([str(path)], request(server))
+    assert outcome.status == ending
+    [row] = [r for r in table_dump(path)["runs"] if r[2] == "compaction"]
+    assert (outcome.run_id, outcome.model, outcome.input_tokens, outcome.output_tokens) == (
+        row[0],
+        row[3],
+        row[5],
+        row[6],
+    )
+    assert outcome.model == "tiny" and outcome.input_tokens > 0
+    if ending == "compacted":
+        [event] = [a for a in table_dump(path)["audit"] if a[2] == "compaction"]
+        detail = json.loads(event[3])
+        assert detail["retention"] == outcome.retention
+        assert detail["missing_facts"] == outcome.missing_facts != []
+
+
+def test_saved_tokens_count_the_previous_summary_it_replaces(server, tmp_path):
+    """SPEC 10: `saved_tokens` is the estimated tokens replaced minus the summary's; what a
+    second compaction replaces holds the previous summary, so a previous summary of 4,000
+    characters saves 1,000 tokens more."""
+    saved = []
+    for n, summary in enumerate((None, "Earlier: " + "x" * 3_991)):
+        w = VolumeWriter(tmp_path / f"agent{n}.db")
+        s = due_thread(w, "k0")
+        w.conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, s))
+        w.close()
+        server.answer = lambda body: "The user asked about deploy/values.yaml; answered."
+        [outcome], _ = compact([str(w.path)], request(server))
+        assert outcome.status == "compacted", outcome
+        saved.append(outcome.saved_tokens)
+    assert saved[1] - saved[0] == 1_000
