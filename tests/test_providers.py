@@ -806,3 +806,60 @@ def test_saved_tokens_count_the_previous_summary_it_replaces(server, tmp_path):
         assert outcome.status == "compacted", outcome
         saved.append(outcome.saved_tokens)
     assert saved[1] - saved[0] == 1_000
+
+
+@pytest.mark.parametrize(
+    "raised", ["busy_then_written", "busy_after_failure", "busy_twice", "schema", "bug"]
+)
+def test_a_commit_that_cannot_be_written_is_the_threads_outcome(
+    server, tmp_path, monkeypatch, raised
+):
+    """Containment and spend (SPEC 6): a commit that finds the file locked past the busy
+    timeout records the call's cost as a failed run once it can (exit 4), or is `skipped`
+    when it never can; any other error in the commit is the thread's failure with its exit
+    code, and a bug is an internal error, never the end of the pass."""
+    from volumetool.compaction import run
+    from volumetool.errors import Busy, SchemaMismatch
+
+    real = run.write_ending
+    endings = []
+
+    def write_ending(job, ending):
+        endings.append(ending)
+        if raised in ("busy_then_written", "busy_after_failure") and len(endings) == 1:
+            raise Busy("the volume is busy", "try again later")
+        if raised == "busy_twice":
+            raise Busy("the volume is busy")
+        if raised == "schema":
+            raise SchemaMismatch("the schema changed under the commit")
+        if raised == "bug":
+            raise KeyError("x")
+        return real(job, ending)
+
+    monkeypatch.setattr(run, "write_ending", write_ending)
+    if raised == "busy_after_failure":
+        server.fault = "empty"
+    path = volume(tmp_path)
+    [outcome], code = compact([str(path)], request(server))
+    expected = {
+        "busy_then_written": ("failed", 4, "not committed: the volume is busy — try again later"),
+        "busy_after_failure": ("failed", 4, "not committed: the volume is busy — try again later"),
+        "busy_twice": ("skipped", 4, "the volume is busy"),
+        "schema": ("failed", 3, "the schema changed under the commit"),
+        "bug": ("failed", 1, "internal error: KeyError: 'x'"),
+    }[raised]
+    assert (outcome.status, code, outcome.error) == expected
+    assert (outcome.model, outcome.conversation_key) == ("tiny", "k0")
+    assert outcome.folded_messages > 0
+    runs = [r for r in table_dump(path)["runs"] if r[2] == "compaction"]
+    if raised.startswith("busy_") and raised != "busy_twice":
+        [row] = runs
+        assert row[4] == "error" and row[8] == outcome.error and row[3] == "tiny"
+        assert outcome.input_tokens == row[5] and outcome.input_tokens > 0
+        retry = endings[1]
+        assert (retry.model, retry.usage.input_tokens) == ("tiny", row[5])
+        assert retry.kept is endings[0].kept
+        if raised == "busy_then_written":
+            assert outcome.retention == round(retry.kept.retention, 4)
+    else:
+        assert runs == []
