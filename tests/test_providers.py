@@ -688,6 +688,7 @@ def test_a_bug_while_summarizing_is_the_threads_failure_with_its_times(
     [outcome], code = compact([str(path)], request(server))
     assert (outcome.status, code) == ("failed", 1)
     assert outcome.error == "internal error: LookupError: a bug in the summarizer"
+    assert outcome.model == "tiny"
     [row] = [r for r in table_dump(path)["runs"] if r[2] == "compaction"]
     assert row[4] == "error" and row[8] == outcome.error
     assert row[9] <= row[10]  # started_at, finished_at: both stamped
@@ -741,18 +742,9 @@ def test_concurrency_above_the_pools_default_is_honoured(server, tmp_path):
 def test_retention_is_the_share_of_facts_kept_to_four_decimals(server, tmp_path):
     """SPEC 10: each result carries `retention` (0-1), the share of the fold's hard facts the
     summary kept, and `missing_facts`; written to four decimals (two of three: 0.6667)."""
-    w = VolumeWriter(tmp_path / "agent.db")
-    s = w.thread("k0")
-    for n in range(3):
-        w.message(s, "user", f"Please close ticket OPS-{4471 + n} today.")
-        w.message(s, "assistant", "Closed.")
-    for _ in range(2):
-        w.message(s, "user", "Anything else?")
-        w.message(s, "assistant", "No.")
-    w.run(s, input_tokens=60_000, output_tokens=300, last_input_tokens=60_000)
-    w.close()
+    path = tickets_thread(tmp_path / "agent.db", 3)
     server.answer = lambda body: "Closed tickets OPS-4471 and OPS-4472."
-    [outcome], code = compact([str(w.path)], request(server, min_fold_tokens=0))
+    [outcome], code = compact([str(path)], request(server, min_fold_tokens=0))
     assert (outcome.status, code) == ("compacted", 0), outcome
     assert outcome.retention == 0.6667
     assert outcome.missing_facts == ["OPS-4473"]
@@ -863,3 +855,59 @@ def test_a_commit_that_cannot_be_written_is_the_threads_outcome(
             assert outcome.retention == round(retry.kept.retention, 4)
     else:
         assert runs == []
+
+
+def tickets_thread(
+    path: Path, tickets: int, summary: str | None = None, fact: str = "ticket OPS-{}"
+) -> Path:
+    """A due thread whose fold asks to close `tickets` tickets, OPS-4471 onwards (its hard
+    facts; `fact` names them otherwise), after a previous summary, with two short turns kept
+    after it."""
+    w = VolumeWriter(path)
+    s = w.thread("k0")
+    w.conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, s))
+    for n in range(tickets):
+        w.message(s, "user", f"Please close {fact.format(4471 + n)} today.")
+        w.message(s, "assistant", "Closed.")
+    for _ in range(2):
+        w.message(s, "user", "Anything else?")
+        w.message(s, "assistant", "No.")
+    w.run(s, input_tokens=60_000, output_tokens=300, last_input_tokens=60_000)
+    w.close()
+    return path
+
+
+def test_min_retention_fails_a_summary_below_it_with_what_it_lost(server, tmp_path):
+    """SPEC 10: `--min-retention R` makes a summary below R (not at R) a failure, with the
+    missing facts in the error (one line, cut at 300 characters), its cost in the run and
+    the transcript untouched."""
+    server.answer = lambda body: "Closed tickets OPS-4471, OPS-4472 and OPS-4473."
+    at = tickets_thread(tmp_path / "at.db", 4)  # three of four kept: 0.75, exactly
+    [outcome], _ = compact([str(at)], request(server, min_fold_tokens=0, min_retention=0.75))
+    assert outcome.status == "compacted" and outcome.retention == 0.75
+    server.answer = lambda body: "Closed tickets OPS-4471 and OPS-4472."
+    below = tickets_thread(tmp_path / "below.db", 3)
+    before = table_dump(below)["messages"]
+    [outcome], code = compact([str(below)], request(server, min_fold_tokens=0, min_retention=0.7))
+    assert (outcome.status, code) == ("failed", 1)
+    assert outcome.error == (
+        "the summary kept 67% of the fold's hard facts, below --min-retention 0.7; "
+        "missing: OPS-4473"
+    )
+    assert (outcome.model, outcome.retention) == ("tiny", 0.6667) and outcome.input_tokens > 0
+    assert table_dump(below)["messages"] == before
+    url = "https://runbooks.example.com/ops/{}/restart-procedure"
+    many = tickets_thread(tmp_path / "many.db", 12, fact=url)
+    [outcome], _ = compact([str(many)], request(server, min_fold_tokens=0, min_retention=0.5))
+    lost = outcome.error.split("; missing: ", 1)[1]
+    assert len(lost) == 300 and lost.endswith("…")
+    assert lost.startswith(", ".join(url.format(4471 + n) for n in range(4)))
+
+
+def test_the_previous_summarys_facts_are_held_to_the_new_summary(server, tmp_path):
+    """What a summary replaces includes the previous summary: a fact only it held, and the
+    new summary drops, is missing."""
+    server.answer = lambda body: "Closed tickets OPS-4471 and OPS-4472."
+    path = tickets_thread(tmp_path / "agent.db", 2, summary="Earlier: ticket OPS-1001 closed.")
+    [outcome], _ = compact([str(path)], request(server, min_fold_tokens=0))
+    assert outcome.status == "compacted" and outcome.missing_facts == ["OPS-1001"]
