@@ -688,10 +688,10 @@ def test_a_quota_is_known_by_its_code_word_too():
 ANSWER_URL = "http://127.0.0.1:9/v1/chat/completions"
 
 
-def answer(status: int, headers: dict[str, str], body: bytes = b"") -> object:
+def answer(status: int, headers: dict[str, str], body: bytes = b"", api: str = "openai") -> object:
     """What ModelClient._answer makes of one HTTP answer to ANSWER_URL: a Completion or the
     ModelError it raises."""
-    endpoint = Endpoint("openai", "http://127.0.0.1:9/v1", "m", KEY, max_tokens=100, timeout=5)
+    endpoint = Endpoint(api, "http://127.0.0.1:9/v1", "m", KEY, max_tokens=100, timeout=5)
     client = ModelClient(endpoint)
     response = httpx.Response(status, headers=headers, request=httpx.Request("POST", ANSWER_URL))
     try:
@@ -762,9 +762,32 @@ def test_every_unreadable_answer_names_its_request():
 
 def test_an_answer_with_choices_is_read_even_beside_an_error_field():
     # Some gateways add an "error" member (null, or a note) to an answer that has its
-    # choices: the answer is what counts; only an "error" without choices is an error.
-    for note in (None, {"message": "upstream retried"}):
-        body = json.dumps({**openai_answer(content="Summary."), "error": note}).encode()
-        completion = answer(200, {"content-type": "application/json"}, body)
-        assert not isinstance(completion, ModelError), completion
-        assert completion.text == "Summary."
+    # choices (OpenAI) or content (Anthropic): the answer is what counts; only an "error"
+    # without them is an error.
+    anthropic = {
+        "content": [{"type": "text", "text": "Summary."}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 120, "output_tokens": 7},
+    }
+    for api, payload in (("openai", openai_answer(content="Summary.")), ("anthropic", anthropic)):
+        for note in (None, {"message": "upstream retried"}):
+            body = json.dumps({**payload, "error": note}).encode()
+            completion = answer(200, {"content-type": "application/json"}, body, api)
+            assert not isinstance(completion, ModelError), completion
+            assert completion.text == "Summary."
+
+
+def test_an_error_under_a_200_takes_its_status_from_an_http_code_in_it():
+    # OpenRouter answers 200 with {"error": {"code": 502, ...}}: the code is the status when
+    # it is an HTTP error status (400-599); anything else leaves the 200. A bare string is
+    # an error too.
+    for error, status in (
+        ({"code": 400, "message": "bad"}, 400),
+        ({"code": 599, "message": "odd"}, 599),
+        ({"code": 600, "message": "odd"}, 200),
+        ({"code": 399, "message": "odd"}, 200),
+        ({"code": "502", "message": "text"}, 200),
+        ("upstream overloaded", 200),
+    ):
+        found = answer(200, {}, json.dumps({"error": error}).encode())
+        assert isinstance(found, ModelError) and found.status == status, (error, found)
