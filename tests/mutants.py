@@ -186,6 +186,11 @@ SINGLES: dict[str, str] = {
         )
         for n in (106, 108)
     },
+    "volumetool.compaction.store.x_active_threads__mutmut_15": (
+        "The threshold filter in SQL left out: it is a necessary condition of check_due, which "
+        "every candidate meets before anything happens to it, so only the reading is slower "
+        "(--force, which would skip check_due, needs --key, which bypasses the filter)."
+    ),
     "volumetool.model_client.xǁRetryPolicyǁdelay__mutmut_15": (
         "The share of the backoff added to a Retry-After (a quarter, or a fifth) is a tuning "
         "constant; what the SPEC asks, that a Retry-After is waited for in full and a longer "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -911,3 +912,60 @@ def test_the_previous_summarys_facts_are_held_to_the_new_summary(server, tmp_pat
     path = tickets_thread(tmp_path / "agent.db", 2, summary="Earlier: ticket OPS-1001 closed.")
     [outcome], _ = compact([str(path)], request(server, min_fold_tokens=0))
     assert outcome.status == "compacted" and outcome.missing_facts == ["OPS-1001"]
+
+
+def stamp(minutes_ago: float, zone: bool = True) -> str:
+    moment = datetime.now(UTC) - timedelta(minutes=minutes_ago)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (".000Z" if zone else "")
+
+
+def compaction_run(w: VolumeWriter, s: int, status: str, minutes_ago: float, **values) -> int:
+    at = stamp(minutes_ago, values.pop("zone", True))
+    return w.insert(
+        "runs",
+        session_id=s,
+        trigger="compaction",
+        model="tiny",
+        status=status,
+        error=None if status == "ok" else "HTTP 500",
+        started_at=at,
+        finished_at=at,
+        **values,
+    )
+
+
+def test_back_off_counts_the_failures_since_the_last_standing_compaction(server, tmp_path):
+    """SPEC 6 (Spend): a thread whose latest n compaction runs since its last successful one
+    all failed waits min(15 min x 2^(n-1), 24 h) after the last: an agent run between two
+    failures does not restart the count, a successful compaction does."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = due_thread(w, "k0")
+    compaction_run(w, s, "ok", 120)
+    compaction_run(w, s, "error", 60)
+    w.run(s, input_tokens=60_000, last_input_tokens=60_000)  # the agent went on: due again
+    compaction_run(w, s, "error", 20)  # two failures: 30 minutes' wait, 10 left
+    w.close()
+    [outcome], _ = compact([str(w.path)], request(server))
+    assert outcome.status == "skipped" and "(--force tries now)" in outcome.error
+    assert server.requests == []
+
+
+def test_a_failed_compaction_that_is_the_volumes_first_run_counts(server, tmp_path):
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = due_thread(w, "k0")
+    w.conn.execute("UPDATE runs SET id = 10 WHERE id = 1")
+    compaction_run(w, s, "error", 5, id=1)  # one failure 5 minutes ago: 15 minutes' wait
+    w.close()
+    [outcome], _ = compact([str(w.path)], request(server))
+    assert outcome.status == "skipped" and "(--force tries now)" in outcome.error
+
+
+def test_a_failure_time_without_a_zone_starts_no_back_off(server, tmp_path):
+    """A failed run whose time has no zone cannot be placed against now: it starts no wait
+    (the thread is tried, not held back by a time that may be hours off)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = due_thread(w, "k0")
+    compaction_run(w, s, "error", 1, zone=False)
+    w.close()
+    [outcome], code = compact([str(w.path)], request(server))
+    assert (outcome.status, code) == ("compacted", 0), outcome
