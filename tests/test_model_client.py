@@ -791,3 +791,10 @@ def test_an_error_under_a_200_takes_its_status_from_an_http_code_in_it():
     ):
         found = answer(200, {}, json.dumps({"error": error}).encode())
         assert isinstance(found, ModelError) and found.status == status, (error, found)
+
+
+def test_an_error_under_a_200_says_the_servers_message_and_names_the_request():
+    body = json.dumps({"error": {"code": 502, "message": "upstream overloaded"}}).encode()
+    error = answer(200, {"x-request-id": "req_9"}, body)
+    assert isinstance(error, ModelError)
+    assert error.reason == "HTTP 502: upstream overloaded" and error.request_id == "req_9"
