@@ -192,6 +192,10 @@ SINGLES: dict[str, str] = {
         "every candidate meets before anything happens to it, so only the reading is slower "
         "(--force, which would skip check_due, needs --key, which bypasses the filter)."
     ),
+    "volumetool.compaction.run.x_resolve_endpoint__mutmut_20": (
+        "The API's default base URL when none is set: ModelSettings already puts it in place "
+        "(its __post_init__), so base_url is never empty on that line."
+    ),
     "volumetool.model_client.xǁRetryPolicyǁdelay__mutmut_15": (
         "The share of the backoff added to a Retry-After (a quarter, or a fifth) is a tuning "
         "constant; what the SPEC asks, that a Retry-After is waited for in full and a longer "
@@ -241,7 +245,7 @@ def diff_of(name: str) -> str:
 
 # The tests that hold each module, for --recheck: those a mutant there is most likely to fail.
 RECHECK_TESTS = {
-    "volumetool.model_client": ["tests/test_model_client.py"],
+    "volumetool.model_client": ["tests/test_model_client.py", "tests/test_providers.py"],
     "volumetool.compaction.plan": ["tests/test_compaction_plan.py"],
     "volumetool.compaction.prompt": ["tests/test_compaction_plan.py"],
     "volumetool.compaction.undo": ["tests/test_undo.py"],
@@ -299,7 +303,7 @@ def recheck(workers: int = 2, until: float | None = None) -> None:
 # The selection's files, fastest and nearest to each module first: a mutant most tests kill
 # dies in seconds; one that survives has run them all (a superset of mutmut's own selection).
 RUN_ORDER = {
-    "volumetool.model_client": ["tests/test_model_client.py"],
+    "volumetool.model_client": ["tests/test_model_client.py", "tests/test_providers.py"],
     "volumetool.compaction.plan": ["tests/test_compaction_plan.py"],
     "volumetool.compaction.prompt": ["tests/test_compaction_plan.py"],
     "volumetool.compaction.undo": ["tests/test_undo.py"],
@@ -316,13 +320,15 @@ SELECTION = [
 FILE_TIMEOUT = 600  # seconds for one test file against one mutant: a loop that never ends
 
 
-def verdict(name: str) -> int | None:
+def verdict(name: str, near_only: bool = False) -> int | None:
     """Run a mutant against the selection's files, nearest first, stopping at the first that
-    fails: 1 killed, 0 survived, 36 timed out (caught), None when pytest itself broke."""
+    fails: 1 killed, 0 survived, 36 timed out (caught), None when pytest itself broke; with
+    near_only, against the nearest files alone (0: survived those)."""
     module = str(meta_of(name).relative_to(ROOT / "mutants").with_suffix("").with_suffix(""))
     first = RUN_ORDER.get(module.replace("/", "."), [])
+    files = first if near_only else [*first, *(f for f in SELECTION if f not in first)]
     env = {**os.environ, "MUTANT_UNDER_TEST": name, "HYPOTHESIS_PROFILE": "mutants"}
-    for tests in [*first, *(f for f in SELECTION if f not in first)]:
+    for tests in files:
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", tests],
@@ -342,12 +348,13 @@ def verdict(name: str) -> int | None:
 
 def run_pending(workers: int = 2) -> None:
     """Run the mutants `mutmut run` left unrun (it was stopped) the way it does (its
-    trampoline, in its mutated copy), with the selection's files nearest first, and record
-    each verdict in mutmut's results. Run it with no `mutmut run` going: both write them."""
+    trampoline, in its mutated copy) and record each verdict in mutmut's results: first all
+    of them against their nearest files, which kill most in seconds, then those still alive
+    against the whole selection as it is by then (with the tests written meanwhile). Run it
+    with no `mutmut run` going: both write those results."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    shutil.copytree(ROOT / "tests", ROOT / "mutants" / "tests", dirs_exist_ok=True)
     pending = [
         name
         for meta in sorted((ROOT / "mutants" / "volumetool").rglob("*.py.meta"))
@@ -355,9 +362,9 @@ def run_pending(workers: int = 2) -> None:
         if code is None
     ]
     lock = threading.Lock()
+    alive: list[str] = []
 
-    def one(name: str) -> None:
-        code = verdict(name)
+    def record(name: str, code: int | None) -> None:
         with lock:
             meta = meta_of(name)
             data = json.loads(meta.read_text())
@@ -365,8 +372,23 @@ def run_pending(workers: int = 2) -> None:
             meta.write_text(json.dumps(data))
             print(f"{name}: {({1: 'killed', 0: 'survived', 36: 'timeout'}).get(code, 'error')}")
 
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(one, pending))
+    def near(name: str) -> None:
+        code = verdict(name, near_only=True)
+        if code == 0:
+            with lock:
+                alive.append(name)
+                print(f"{name}: alive after its nearest tests", flush=True)
+        else:
+            record(name, code)
+
+    def whole(name: str) -> None:
+        if name not in rechecked():
+            record(name, verdict(name))
+
+    for phase, names in ((near, pending), (whole, alive)):
+        shutil.copytree(ROOT / "tests", ROOT / "mutants" / "tests", dirs_exist_ok=True)
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(phase, list(names)))
 
 
 _SQL_WORD = re.compile(

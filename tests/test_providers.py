@@ -969,3 +969,49 @@ def test_a_failure_time_without_a_zone_starts_no_back_off(server, tmp_path):
     w.close()
     [outcome], code = compact([str(w.path)], request(server))
     assert (outcome.status, code) == ("compacted", 0), outcome
+
+
+def test_the_endpoint_comes_from_overrides_then_the_config_then_the_apis_defaults(monkeypatch):
+    """SPEC 6: --api naming another API than the config's takes that API's own base URL and
+    key variable (the config's are for its API); a config without base_url gets its API's."""
+    from volumetool.compaction.run import resolve_endpoint
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-XXXX-0123456789")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-XXXX-0123456789")
+    monkeypatch.setenv("PROXY_KEY", "sk-proxy-0123456789")
+    proxy = ModelSettings(name="gpt-4.1", base_url="http://127.0.0.1:9/v1", api_key_env="PROXY_KEY")
+
+    def resolved(settings: ModelSettings, **values) -> tuple[str, str, str]:
+        config = AgentConfig(MemorySettings("thread", True, 50_000), settings)
+        _, endpoint = resolve_endpoint(Request(config=config, **values), need_key=True)
+        return endpoint.api, endpoint.base_url, endpoint.api_key
+
+    assert resolved(proxy) == ("openai", "http://127.0.0.1:9/v1", "sk-proxy-0123456789")
+    assert resolved(proxy, api="anthropic", model="claude-haiku-4-5") == (
+        "anthropic",
+        "https://api.anthropic.com",
+        "sk-ant-XXXX-0123456789",
+    )
+    assert resolved(ModelSettings(name="gpt-4.1")) == (
+        "openai",
+        "https://api.openai.com/v1",
+        "sk-XXXX-0123456789",
+    )
+
+
+def test_a_base_url_that_cannot_work_names_the_setting_to_fix(monkeypatch):
+    """A base URL that cannot work is a usage error before any volume is touched, saying
+    which setting to fix (--base-url or model.base_url) and never the URL itself."""
+    from volumetool.compaction.run import resolve_endpoint
+    from volumetool.errors import UnusableInput
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-0123456789")
+    secret = "http://user:hunter2@127.0.0.1:9/v1"
+    for settings, values, where in (
+        (ModelSettings(name="m", base_url=secret), {}, "model.base_url"),
+        (ModelSettings(name="m"), {"base_url": secret}, "--base-url"),
+    ):
+        config = AgentConfig(MemorySettings("thread", True, 50_000), settings)
+        with pytest.raises(UnusableInput) as raised:
+            resolve_endpoint(Request(config=config, **values), need_key=True)
+        assert raised.value.hint == f"fix {where}" and "hunter2" not in str(raised.value)
