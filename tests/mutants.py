@@ -203,6 +203,10 @@ SINGLES: dict[str, str] = {
         )
         for n in (41, 43)
     },
+    "volumetool.compaction.run.x_resolve_endpoint__mutmut_45": (
+        "The variable looked up when none is named: ModelSettings names its API's default "
+        "(its __post_init__), so there always is one."
+    ),
     "volumetool.model_client.xǁRetryPolicyǁdelay__mutmut_15": (
         "The share of the backoff added to a Retry-After (a quarter, or a fifth) is a tuning "
         "constant; what the SPEC asks, that a Retry-After is waited for in full and a longer "

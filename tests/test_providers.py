@@ -1015,3 +1015,69 @@ def test_a_base_url_that_cannot_work_names_the_setting_to_fix(monkeypatch):
         with pytest.raises(UnusableInput) as raised:
             resolve_endpoint(Request(config=config, **values), need_key=True)
         assert raised.value.hint == f"fix {where}" and "hunter2" not in str(raised.value)
+
+
+def test_the_endpoint_is_every_setting_the_request_and_config_give(monkeypatch):
+    """Each setting reaches the endpoint: model, URL, key, --max-summary-tokens, --timeout,
+    and the config's auth, api-version and max_tokens_param for its own API (another API
+    named by --api takes that API's own)."""
+    from volumetool.compaction.run import resolve_endpoint
+    from volumetool.model_client import Endpoint
+
+    monkeypatch.setenv("AZURE_KEY", "az-0123456789")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-0123456789")
+    azure = ModelSettings(
+        name="gpt-4.1",
+        small="o4-mini",
+        base_url="https://example.openai.azure.com/openai/deployments/o4-mini",
+        api_key_env="AZURE_KEY",
+        auth="api-key",
+        api_version="2024-10-21",
+        max_tokens_param="max_completion_tokens",
+    )
+    config = AgentConfig(MemorySettings("thread", True, 50_000), azure)
+    request = Request(config=config, timeout=7.5, max_summary_tokens=1234)
+    assert resolve_endpoint(request, need_key=True) == (
+        "o4-mini",
+        Endpoint(
+            "openai",
+            "https://example.openai.azure.com/openai/deployments/o4-mini",
+            "o4-mini",
+            "az-0123456789",
+            1234,
+            7.5,
+            auth="api-key",
+            api_version="2024-10-21",
+            max_tokens_param="max_completion_tokens",
+        ),
+    )
+    other = Request(config=config, api="anthropic", model="claude-haiku-4-5", timeout=7.5)
+    assert resolve_endpoint(other, need_key=True)[1] == Endpoint(
+        "anthropic",
+        "https://api.anthropic.com",
+        "claude-haiku-4-5",
+        "sk-ant-0123456789",
+        4096,
+        7.5,
+    )
+
+
+def test_a_key_variable_that_is_unset_or_empty_is_a_usage_error(monkeypatch):
+    from volumetool.compaction.run import resolve_endpoint
+    from volumetool.errors import UnusableInput
+
+    config = AgentConfig(
+        MemorySettings("thread", True, 50_000), ModelSettings(name="m", api_key_env="MY_KEY")
+    )
+    for value in (None, ""):
+        if value is None:
+            monkeypatch.delenv("MY_KEY", raising=False)
+        else:
+            monkeypatch.setenv("MY_KEY", value)
+        with pytest.raises(UnusableInput) as raised:
+            resolve_endpoint(Request(config=config), need_key=True)
+        assert (raised.value.message, raised.value.hint) == (
+            "$MY_KEY is not set",
+            "export the API key in that variable",
+        )
+    assert resolve_endpoint(Request(config=config), need_key=False) == ("m", None)
