@@ -203,6 +203,9 @@ SINGLES: dict[str, str] = {
         )
         for n in (41, 43)
     },
+    "volumetool.compaction.run.x_resolve_endpoint__mutmut_78": (
+        "The name shown when no key variable is named: there always is one (as for mutant 45)."
+    ),
     "volumetool.compaction.run.x_resolve_endpoint__mutmut_45": (
         "The variable looked up when none is named: ModelSettings names its API's default "
         "(its __post_init__), so there always is one."

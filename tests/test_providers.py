@@ -1081,3 +1081,18 @@ def test_a_key_variable_that_is_unset_or_empty_is_a_usage_error(monkeypatch):
             "export the API key in that variable",
         )
     assert resolve_endpoint(Request(config=config), need_key=False) == ("m", None)
+
+
+def test_a_key_a_header_cannot_carry_is_named_by_its_variable(monkeypatch):
+    from volumetool.compaction.run import resolve_endpoint
+    from volumetool.errors import UnusableInput
+
+    config = AgentConfig(
+        MemorySettings("thread", True, 50_000), ModelSettings(name="m", api_key_env="MY_KEY")
+    )
+    for key in ("sk-0123\n", " sk-0123", "sk-ключ"):  # (the environment cannot hold a NUL)
+        monkeypatch.setenv("MY_KEY", key)
+        with pytest.raises(UnusableInput) as raised:
+            resolve_endpoint(Request(config=config), need_key=True)
+        assert raised.value.message.startswith("$MY_KEY holds characters an HTTP header ")
+        assert key.strip() not in str(raised.value)
