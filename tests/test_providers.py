@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -1096,3 +1097,42 @@ def test_a_key_a_header_cannot_carry_is_named_by_its_variable(monkeypatch):
             resolve_endpoint(Request(config=config), need_key=True)
         assert raised.value.message.startswith("$MY_KEY holds characters an HTTP header ")
         assert key.strip() not in str(raised.value)
+
+
+def test_usage_errors_of_a_compaction_request(monkeypatch):
+    """Each is exit 2 before anything is touched, with its own message; the bounds are
+    inclusive where the words say so (a share from 0 to 1, a timeout above 0)."""
+    from volumetool.compaction.plan import estimate_text_tokens
+    from volumetool.compaction.prompt import MIN_PART_TOKENS, system_prompt
+    from volumetool.compaction.run import check_request
+    from volumetool.errors import UnusableInput
+
+    config = AgentConfig(MemorySettings("thread", True, 50_000), ModelSettings(name="m"))
+    errors = {
+        "--force needs --key: it compacts one named thread": [{"force": True}],
+        "--timeout must be a finite number of seconds": [
+            {"timeout": t} for t in (0, -1, float("inf"), float("nan"))
+        ],
+        "--min-retention is a share of the facts, from 0 to 1": [
+            {"min_retention": r} for r in (-0.01, 1.01, 2)
+        ],
+    }
+    for message, cases in errors.items():
+        for values in cases:
+            with pytest.raises(UnusableInput) as raised:
+                check_request(Request(config=config, **values))
+            assert raised.value.message == message, values
+    for values in ({"timeout": 0.5}, {"min_retention": 0}, {"min_retention": 1}):
+        check_request(Request(config=config, **values))
+    for instructions in (None, "Keep every ticket id. " * 50):
+        system = system_prompt(Request(config=config).prompt, instructions)
+        least = estimate_text_tokens(system) + 1000 + MIN_PART_TOKENS + 200
+        fits = Request(
+            config=config,
+            instructions=instructions,
+            max_summary_tokens=1000,
+            max_input_tokens=least,
+        )
+        check_request(fits)
+        with pytest.raises(UnusableInput, match=f"at least {least:,}"):
+            check_request(replace(fits, max_input_tokens=least - 1))
