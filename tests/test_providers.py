@@ -1136,3 +1136,12 @@ def test_usage_errors_of_a_compaction_request(monkeypatch):
         check_request(fits)
         with pytest.raises(UnusableInput, match=f"at least {least:,}"):
             check_request(replace(fits, max_input_tokens=least - 1))
+
+
+def test_key_compacts_that_thread_alone(server, tmp_path):
+    path = volume(tmp_path, threads=3)
+    outcomes, code = compact([str(path)], request(server, key="k1"))
+    assert code == 0 and [(o.conversation_key, o.status) for o in outcomes] == [("k1", "compacted")]
+    assert len(server.requests) == 1
+    outcomes, code = compact([str(path)], request(server))
+    assert sorted(o.conversation_key for o in outcomes if o.status == "compacted") == ["k0", "k2"]
