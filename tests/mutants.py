@@ -187,6 +187,14 @@ SINGLES: dict[str, str] = {
         )
         for n in (106, 108)
     },
+    **{
+        f"volumetool.compaction.run.xǁ_Plannerǁplan__mutmut_{n}": (
+            "The candidates read without the threshold: the SQL filter is a necessary "
+            "condition of check_due, which decides each candidate anyway (as for "
+            "store.active_threads mutant 15): a slower read, the same outcomes."
+        )
+        for n in (21, 23)
+    },
     "volumetool.compaction.store.x_active_threads__mutmut_15": (
         "The threshold filter in SQL left out: it is a necessary condition of check_due, which "
         "every candidate meets before anything happens to it, so only the reading is slower "

@@ -948,6 +948,7 @@ def test_back_off_counts_the_failures_since_the_last_standing_compaction(server,
     w.close()
     [outcome], _ = compact([str(w.path)], request(server))
     assert outcome.status == "skipped" and "(--force tries now)" in outcome.error
+    assert (outcome.conversation_key, outcome.session_id) == ("k0", s)
     assert server.requests == []
 
 
@@ -1145,3 +1146,15 @@ def test_key_compacts_that_thread_alone(server, tmp_path):
     assert len(server.requests) == 1
     outcomes, code = compact([str(path)], request(server))
     assert sorted(o.conversation_key for o in outcomes if o.status == "compacted") == ["k0", "k2"]
+    outcomes, code = compact([str(path)], request(server, key="typo"))
+    assert code == 1 and [
+        (o.conversation_key, o.session_id, o.status, o.error) for o in outcomes
+    ] == [("typo", None, "skipped", "no active thread under this key")]
+    assert len(server.requests) == 3
+
+
+def test_with_compaction_disabled_nothing_is_due(server, tmp_path):
+    path = volume(tmp_path, threads=2)
+    disabled = AgentConfig(MemorySettings("thread", False, None), request(server).config.model)
+    outcomes, code = compact([str(path)], replace(request(server), config=disabled))
+    assert (outcomes, code) == ([], 0) and server.requests == []
