@@ -1158,3 +1158,56 @@ def test_with_compaction_disabled_nothing_is_due(server, tmp_path):
     disabled = AgentConfig(MemorySettings("thread", False, None), request(server).config.model)
     outcomes, code = compact([str(path)], replace(request(server), config=disabled))
     assert (outcomes, code) == ([], 0) and server.requests == []
+
+
+def test_each_reason_a_named_thread_is_not_compacted_is_its_row(server, tmp_path):
+    """SPEC 6: a thread named with --key that will not be compacted is one `skipped` row
+    saying why, with its figures (exit 0: nothing went wrong); --force compacts it anyway,
+    past the threshold and the back-off, but never folds the two kept turns."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    low = due_thread(w, "low", tokens=10_000)
+    backed = due_thread(w, "backed")
+    compaction_run(w, backed, "error", 5)
+    due_thread(w, "short", turns=2)
+    small = w.thread("small")
+    for n in range(4):
+        w.message(small, "user", f"q{n}")
+        w.message(small, "assistant", f"a{n}")
+    w.run(small, input_tokens=60_000, last_input_tokens=60_000)
+    w.close()
+
+    def row(key: str, **values) -> dict:
+        [outcome], code = compact([str(w.path)], request(server, key=key, **values))
+        assert code == 0 and outcome.model == "tiny"
+        return {
+            "key": outcome.conversation_key,
+            "session": outcome.session_id,
+            "status": outcome.status,
+            "error": outcome.error,
+            "figures": (outcome.last_input_tokens, outcome.threshold),
+        }
+
+    assert row("low") == {
+        "key": "low",
+        "session": low,
+        "status": "skipped",
+        "error": "not due: 10,000 < 50,000 input tokens (--force compacts anyway)",
+        "figures": (10_000, 50_000),
+    }
+    backing = row("backed")
+    until = datetime.fromisoformat(backing.pop("error").split("next try at ")[1].split(" (")[0])
+    assert backing == {
+        "key": "backed",
+        "session": backed,
+        "status": "skipped",
+        "figures": (60_000, 50_000),
+    }
+    assert timedelta(minutes=9) < until - datetime.now(UTC) <= timedelta(minutes=10)
+    assert row("short", force=True)["error"] == "nothing to fold: the last two turns are kept"
+    worthless = row("small")
+    assert worthless["status"] == "skipped" and worthless["figures"] == (60_000, 50_000)
+    assert worthless["error"].startswith("nothing worth folding: ~")
+    assert worthless["error"].endswith(" tokens < --min-fold-tokens 200")
+    assert server.requests == []
+    assert row("low", force=True)["status"] == "compacted"
+    assert row("backed", force=True)["status"] == "compacted"
