@@ -1211,3 +1211,23 @@ def test_each_reason_a_named_thread_is_not_compacted_is_its_row(server, tmp_path
     assert server.requests == []
     assert row("low", force=True)["status"] == "compacted"
     assert row("backed", force=True)["status"] == "compacted"
+
+
+def test_the_back_off_ends_at_its_moment(server, tmp_path):
+    """Skipped *until* the last failure + 15 min: at that moment the thread is tried."""
+    failed = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    for now, status in ((failed + timedelta(minutes=15), "compacted"), (failed, "skipped")):
+        w = VolumeWriter(tmp_path / f"{status}.db")
+        s = due_thread(w, "k0")
+        at = "2026-11-30T12:00:00.000Z"
+        w.insert(
+            "runs",
+            session_id=s,
+            trigger="compaction",
+            status="error",
+            started_at=at,
+            finished_at=at,
+        )
+        w.close()
+        [outcome], _ = compact([str(w.path)], request(server, clock=lambda now=now: now))
+        assert outcome.status == status
