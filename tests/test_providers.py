@@ -1168,7 +1168,7 @@ def test_each_reason_a_named_thread_is_not_compacted_is_its_row(server, tmp_path
     low = due_thread(w, "low", tokens=10_000)
     backed = due_thread(w, "backed")
     compaction_run(w, backed, "error", 5)
-    due_thread(w, "short", turns=2)
+    short = due_thread(w, "short", turns=2)
     small = w.thread("small")
     for n in range(4):
         w.message(small, "user", f"q{n}")
@@ -1203,8 +1203,15 @@ def test_each_reason_a_named_thread_is_not_compacted_is_its_row(server, tmp_path
         "figures": (60_000, 50_000),
     }
     assert timedelta(minutes=9) < until - datetime.now(UTC) <= timedelta(minutes=10)
-    assert row("short", force=True)["error"] == "nothing to fold: the last two turns are kept"
+    assert row("short", force=True) == {
+        "key": "short",
+        "session": short,
+        "status": "skipped",
+        "error": "nothing to fold: the last two turns are kept",
+        "figures": (60_000, 50_000),
+    }
     worthless = row("small")
+    assert (worthless["key"], worthless["session"]) == ("small", small)
     assert worthless["status"] == "skipped" and worthless["figures"] == (60_000, 50_000)
     assert worthless["error"].startswith("nothing worth folding: ~")
     assert worthless["error"].endswith(" tokens < --min-fold-tokens 200")
