@@ -1238,3 +1238,43 @@ def test_the_back_off_ends_at_its_moment(server, tmp_path):
         w.close()
         [outcome], _ = compact([str(w.path)], request(server, clock=lambda now=now: now))
         assert outcome.status == status
+
+
+def test_a_fold_of_exactly_min_fold_tokens_is_folded(server, tmp_path):
+    """SPEC 6: a fold estimated *under* --min-fold-tokens is skipped; one of exactly that
+    many tokens is folded."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    small = w.thread("small")
+    for n in range(4):
+        w.message(small, "user", f"q{n}")
+        w.message(small, "assistant", f"a{n}")
+    w.run(small, input_tokens=60_000, last_input_tokens=60_000)
+    w.close()
+    [skipped], _ = compact([str(w.path)], request(server, min_fold_tokens=10_000))
+    folded = int(skipped.error.split("~")[1].split(" ")[0].replace(",", ""))
+    [outcome], _ = compact([str(w.path)], request(server, min_fold_tokens=folded + 1))
+    assert outcome.status == "skipped" and server.requests == []
+    server.answer = lambda body: "Q."  # shorter than the tiny fold
+    [outcome], _ = compact([str(w.path)], request(server, min_fold_tokens=folded))
+    assert outcome.status == "compacted", outcome
+
+
+def test_a_dry_run_waits_no_longer_than_the_busy_timeout(server, tmp_path):
+    """A dry run reads; a file the agent holds locked (a rollback-journal file in the middle
+    of a write) makes it wait --busy-timeout, then say busy (exit 4)."""
+    import sqlite3
+    import time
+
+    path = volume(tmp_path)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        [outcome], code = compact([str(path)], request(server, dry_run=True, busy_timeout=0.2))
+        waited = time.monotonic() - started
+    finally:
+        conn.rollback()
+        conn.close()
+    assert (outcome.status, code) == ("skipped", 4) and "busy" in outcome.error
+    assert waited < 4  # not the default 5 s
