@@ -1278,3 +1278,14 @@ def test_a_dry_run_waits_no_longer_than_the_busy_timeout(server, tmp_path):
         conn.close()
     assert (outcome.status, code) == ("skipped", 4) and "busy" in outcome.error
     assert waited < 4  # not the default 5 s
+
+
+def test_a_volume_that_cannot_be_opened_is_its_row_and_the_others_go_on(server, tmp_path):
+    path = volume(tmp_path, threads=1)
+    missing = tmp_path / "nowhere" / "agent.db"
+    outcomes, code = compact([str(missing), str(path)], request(server))
+    assert [(o.volume, o.status) for o in outcomes] == [
+        (str(missing), "skipped"),
+        (str(path), "compacted"),
+    ]
+    assert str(missing) in outcomes[0].error and outcomes[0].exit_code == code == 2
