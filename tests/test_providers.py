@@ -626,7 +626,7 @@ def test_a_dry_run_estimates_the_previous_summary_with_the_fold(server, tmp_path
         w.conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, s))
         w.close()
         [outcome], code = compact([str(w.path)], request(server, dry_run=True))
-        assert (outcome.status, code) == ("would_compact", 0)
+        assert (outcome.status, code, outcome.model) == ("would_compact", 0, "tiny")
         estimates.append(outcome.estimated_tokens)
     assert estimates[1] - estimates[0] == 1_000
     assert server.requests == []
