@@ -195,6 +195,7 @@ SINGLES: dict[str, str] = {
         )
         for n in (21, 23)
     },
+    **{f"volumetool.model_client.xǁEndpointǁheaders__mutmut_{n}": _HEADER_CASE for n in (20, 26)},
     "volumetool.compaction.store.x_active_threads__mutmut_15": (
         "The threshold filter in SQL left out: it is a necessary condition of check_due, which "
         "every candidate meets before anything happens to it, so only the reading is slower "

@@ -11,6 +11,7 @@ import errno
 import json
 import socket
 import ssl
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -798,3 +799,50 @@ def test_an_error_under_a_200_says_the_servers_message_and_names_the_request():
     error = answer(200, {"x-request-id": "req_9"}, body)
     assert isinstance(error, ModelError)
     assert error.reason == "HTTP 502: upstream overloaded" and error.request_id == "req_9"
+
+
+def test_each_api_and_auth_sends_the_headers_and_body_its_provider_documents():
+    # OpenAI: Authorization: Bearer; Anthropic: x-api-key and anthropic-version; Azure
+    # OpenAI: api-key; a Bearer gateway in front of Anthropic (OpenRouter). Every request
+    # says who sends it (User-Agent). Header names are compared without case, as HTTP does.
+    from volumetool import __version__
+
+    agent = f"volumetool/{__version__}"
+    cases = [
+        (("openai", None), {"authorization": f"Bearer {KEY}", "user-agent": agent}),
+        (("openai", "api-key"), {"api-key": KEY, "user-agent": agent}),
+        (
+            ("anthropic", None),
+            {"x-api-key": KEY, "user-agent": agent, "anthropic-version": "2023-06-01"},
+        ),
+        (
+            ("anthropic", "bearer"),
+            {
+                "authorization": f"Bearer {KEY}",
+                "user-agent": agent,
+                "anthropic-version": "2023-06-01",
+            },
+        ),
+    ]
+    for (api, auth), expected in cases:
+        endpoint = Endpoint(api, "http://127.0.0.1:9", "m", KEY, max_tokens=99, auth=auth)
+        assert {k.lower(): v for k, v in endpoint.headers().items()} == expected
+    openai = Endpoint("openai", "http://127.0.0.1:9/v1", "m", KEY, max_tokens=99)
+    assert openai.body("S", "U") == {
+        "model": "m",
+        "max_tokens": 99,
+        "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+    }
+    reasoning = replace(openai, max_tokens_param="max_completion_tokens")
+    assert reasoning.body("S", "U")["max_completion_tokens"] == 99
+    assert "max_tokens" not in reasoning.body("S", "U")
+    anthropic = Endpoint("anthropic", "http://127.0.0.1:9", "m", KEY, max_tokens=99)
+    assert anthropic.body("S", "U") == {
+        "model": "m",
+        "max_tokens": 99,
+        "system": "S",
+        "messages": [{"role": "user", "content": "U"}],
+    }
+    assert openai.params() == {} and replace(openai, api_version="2024-10-21").params() == {
+        "api-version": "2024-10-21"
+    }
