@@ -657,9 +657,11 @@ def test_every_outcome_is_reported_as_it_is_done(server, tmp_path):
     """The progress bar and --nl print each thread's outcome as it is done (compact's
     on_done): every outcome, each once, the same objects the run returns."""
     path = volume(tmp_path, threads=3)
-    seen = []
-    outcomes, code = compact([str(path)], request(server), on_done=seen.append)
-    assert code == 0
+    seen, planned = [], []
+    outcomes, code = compact(
+        [str(path)], request(server), on_planned=planned.append, on_done=seen.append
+    )
+    assert code == 0 and planned == [3]  # the progress bar's total: the calls to make
     assert sorted(seen, key=lambda o: o.session_id) == outcomes
     assert [o.status for o in seen] == ["compacted"] * 3
 
