@@ -846,3 +846,11 @@ def test_each_api_and_auth_sends_the_headers_and_body_its_provider_documents():
     assert openai.params() == {} and replace(openai, api_version="2024-10-21").params() == {
         "api-version": "2024-10-21"
     }
+
+
+def test_a_model_error_is_nothing_more_than_it_says():
+    # Defaults: not retryable, not endpoint-wide, not a prompt too long, no cost, one try.
+    error = ModelError("HTTP 500")
+    assert (error.retryable, error.endpoint_wide, error.too_long) == (False, False, False)
+    assert (error.status, error.error_type, error.request_id, error.retry_after) == (None,) * 4
+    assert (error.usage.input_tokens, error.attempts, error.args) == (None, 1, ("HTTP 500",))
