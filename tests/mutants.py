@@ -196,6 +196,28 @@ SINGLES: dict[str, str] = {
         for n in (21, 23)
     },
     **{f"volumetool.model_client.xǁEndpointǁheaders__mutmut_{n}": _HEADER_CASE for n in (20, 26)},
+    "volumetool.model_client.xǁModelClientǁ__init____mutmut_1": (
+        "The default pool size: compaction always passes --concurrency (run.summarize_all)."
+    ),
+    **{
+        f"volumetool.model_client.xǁModelClientǁ__init____mutmut_{n}": (
+            "httpx's own timeout changed or gone: asyncio.wait_for bounds the whole exchange "
+            "to the same --timeout (ModelClient._attempt), with the same message."
+        )
+        for n in (9, 13, 16)
+    },
+    "volumetool.model_client.xǁModelClientǁ__init____mutmut_11": (
+        "follow_redirects=None instead of False: httpx only tests it for truth."
+    ),
+    **{
+        f"volumetool.model_client.xǁModelClientǁ__init____mutmut_{n}": (
+            "A connection pool as large as or larger than --concurrency (httpx's defaults, "
+            "100 and 20 kept alive, or no limit): the semaphore around each thread's calls "
+            "holds the requests in flight to --concurrency; a pool smaller than it is tested "
+            "(test_concurrency_above_the_pools_default_is_honoured)."
+        )
+        for n in (14, 17, 18, 19, 20)
+    },
     "volumetool.compaction.store.x_active_threads__mutmut_15": (
         "The threshold filter in SQL left out: it is a necessary condition of check_due, which "
         "every candidate meets before anything happens to it, so only the reading is slower "

@@ -854,3 +854,33 @@ def test_a_model_error_is_nothing_more_than_it_says():
     assert (error.retryable, error.endpoint_wide, error.too_long) == (False, False, False)
     assert (error.status, error.error_type, error.request_id, error.retry_after) == (None,) * 4
     assert (error.usage.input_tokens, error.attempts, error.args) == (None, 1, ("HTTP 500",))
+
+
+def test_a_retry_after_of_exactly_max_retry_wait_is_waited_for():
+    # SPEC 6: a Retry-After *longer* than --max-retry-wait is not waited for; one of exactly
+    # that length is, and an answer without one is retried whatever the limit (even 0).
+    def replies(*answers):
+        queue = list(answers)
+
+        def handler(request):
+            status, headers = queue.pop(0)
+            body = openai_answer(content="Summary.") if status == 200 else {"error": {}}
+            return httpx.Response(status, headers=headers, json=body)
+
+        return httpx.MockTransport(handler)
+
+    async def go(transport, max_wait):
+        slept = []
+
+        async def sleep(seconds):
+            slept.append(seconds)
+
+        endpoint = Endpoint("openai", "http://127.0.0.1:9/v1", "m", KEY, timeout=5)
+        policy = RetryPolicy(attempts=3, max_retry_wait=max_wait, sleep=sleep, jitter=lambda: 0)
+        async with ModelClient(endpoint, retry=policy, transport=transport) as client:
+            return await client.complete("s", "u"), slept
+
+    done, slept = asyncio.run(go(replies((429, {"retry-after": "5"}), (200, {})), 5))
+    assert done.text == "Summary." and slept == [5]
+    done, slept = asyncio.run(go(replies((500, {}), (200, {})), 0))
+    assert done.text == "Summary." and slept == [0]
