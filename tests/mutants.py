@@ -209,6 +209,9 @@ SINGLES: dict[str, str] = {
     "volumetool.model_client.xǁModelClientǁ__init____mutmut_11": (
         "follow_redirects=None instead of False: httpx only tests it for truth."
     ),
+    "volumetool.model_client.xǁModelClientǁ__init____mutmut_15": (
+        "follow_redirects=False left out: False is httpx's default."
+    ),
     **{
         f"volumetool.model_client.xǁModelClientǁ__init____mutmut_{n}": (
             "A connection pool as large as or larger than --concurrency (httpx's defaults, "
