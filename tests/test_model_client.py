@@ -884,3 +884,79 @@ def test_a_retry_after_of_exactly_max_retry_wait_is_waited_for():
     assert done.text == "Summary." and slept == [5]
     done, slept = asyncio.run(go(replies((500, {}), (200, {})), 0))
     assert done.text == "Summary." and slept == [0]
+
+
+class Body(httpx.AsyncByteStream):
+    """A response body as a server streams it: the chunks, then maybe an error or no end."""
+
+    def __init__(self, chunks: list[bytes], then: BaseException | None = None, endless=False):
+        self.chunks, self.then, self.endless, self.sent = chunks, then, endless, 0
+
+    async def __aiter__(self):
+        while True:
+            for chunk in self.chunks:
+                self.sent += len(chunk)
+                yield chunk
+                await asyncio.sleep(0)  # a network read: a timeout can cancel it
+            if self.then is not None:
+                raise self.then
+            if not self.endless:
+                return
+
+
+def exchange(body: Body, headers: dict[str, str] | None = None, base_url="http://127.0.0.1:9/v1"):
+    """What ModelClient.complete makes of one answer streamed as `body`, one attempt."""
+
+    def handler(request):
+        return httpx.Response(200, headers=headers or {}, stream=body)
+
+    async def go():
+        endpoint = Endpoint("openai", base_url, "m", KEY, timeout=5)
+        policy = RetryPolicy(attempts=1)
+        transport = httpx.MockTransport(handler)
+        async with ModelClient(endpoint, retry=policy, transport=transport) as client:
+            try:
+                return await client.complete("s", "u")
+            except ModelError as exc:
+                return exc
+
+    return asyncio.run(go())
+
+
+def test_a_body_of_exactly_the_limit_is_read_whole_in_any_chunks():
+    from volumetool.model_client import MAX_BODY_BYTES
+
+    answer = json.dumps(openai_answer(content="Summary.")).encode()
+    data = b" " * (MAX_BODY_BYTES - len(answer)) + answer
+    chunks = [data[i : i + 1_000_003] for i in range(0, len(data), 1_000_003)]
+    for headers in ({"content-length": str(len(data))}, {}):  # declared, or chunked
+        done = exchange(Body(chunks), headers)
+        assert not isinstance(done, ModelError), done
+        assert done.text == "Summary."
+    over = exchange(Body([*chunks, b" "]), {})
+    assert isinstance(over, ModelError) and "larger than 8 MiB" in over.reason
+
+
+def test_a_body_without_end_is_read_no_further_than_the_limit():
+    # Streamed, never read whole first: an endless answer costs 8 MiB, not all memory.
+    body = Body([b" " * 1_048_576], endless=True)
+    error = exchange(body)
+    assert isinstance(error, ModelError)
+    assert error.reason == "the response body is larger than 8 MiB"
+    assert error.where == "POST http://127.0.0.1:9/v1/chat/completions"
+    assert body.sent <= 10 * 1_048_576
+
+
+def test_a_connection_lost_in_the_body_is_a_retryable_connection_error_naming_the_request():
+    error = exchange(Body([b'{"choices": '], then=httpx.ReadError("connection reset")))
+    assert isinstance(error, ModelError) and error.retryable
+    assert error.reason == "connection error (ReadError)"
+    assert error.where == "POST http://127.0.0.1:9/v1/chat/completions"
+
+
+def test_a_url_httpx_cannot_build_is_an_endpoint_wide_error_naming_it():
+    # (validate and compact refuse such a base_url first; the client still never crashes)
+    error = exchange(Body([]), base_url="http://[::1/v1")
+    assert isinstance(error, ModelError) and error.endpoint_wide and not error.retryable
+    assert error.reason == "invalid URL (Invalid port: ':1')"
+    assert error.where == "POST http://[::1/v1/chat/completions"
