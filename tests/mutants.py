@@ -221,6 +221,25 @@ SINGLES: dict[str, str] = {
         )
         for n in (14, 17, 18, 19, 20)
     },
+    "volumetool.model_client.xǁModelClientǁ_exchange__mutmut_14": (
+        "'post' for 'POST': httpx upper-cases the method."
+    ),
+    "volumetool.model_client.xǁModelClientǁ_read__mutmut_6": (
+        "The declared length never read: a body over the limit is then refused by the "
+        "streamed count after 8 MiB are read, with the same error."
+    ),
+    "volumetool.model_client.xǁModelClientǁ_read__mutmut_8": (
+        "The default of an absent Content-Length, 'XXXX' for '': neither is digits."
+    ),
+    **{f"volumetool.model_client.xǁModelClientǁ_read__mutmut_{n}": _HEADER_CASE for n in (7, 26)},
+    **{
+        f"volumetool.model_client.xǁModelClientǁ_read__mutmut_{n}": (
+            "httpx's read timeout while the body streams: asyncio's bound on the whole "
+            "exchange, of the same --timeout and started earlier, always ends it first "
+            "(ModelClient._attempt), with the same message."
+        )
+        for n in (30, 31, 32, 33, 34)
+    },
     "volumetool.compaction.store.x_active_threads__mutmut_15": (
         "The threshold filter in SQL left out: it is a necessary condition of check_due, which "
         "every candidate meets before anything happens to it, so only the reading is slower "

@@ -166,6 +166,7 @@ def test_connection_refused_is_a_retryable_connection_error():
         asyncio.run(go())
     assert caught.value.attempts == 2  # retried: the server may be restarting
     assert caught.value.endpoint_wide  # but once retries are spent, nothing else will get through
+    assert caught.value.where == "POST http://127.0.0.1:9/chat/completions"
 
 
 @pytest.mark.parametrize(
@@ -889,29 +890,34 @@ def test_a_retry_after_of_exactly_max_retry_wait_is_waited_for():
 class Body(httpx.AsyncByteStream):
     """A response body as a server streams it: the chunks, then maybe an error or no end."""
 
-    def __init__(self, chunks: list[bytes], then: BaseException | None = None, endless=False):
+    def __init__(
+        self, chunks: list[bytes], then: BaseException | None = None, endless=False, pace=0.0
+    ):
         self.chunks, self.then, self.endless, self.sent = chunks, then, endless, 0
+        self.pace = pace
 
     async def __aiter__(self):
         while True:
             for chunk in self.chunks:
                 self.sent += len(chunk)
                 yield chunk
-                await asyncio.sleep(0)  # a network read: a timeout can cancel it
+                await asyncio.sleep(self.pace)  # a network read: a timeout can cancel it
             if self.then is not None:
                 raise self.then
             if not self.endless:
                 return
 
 
-def exchange(body: Body, headers: dict[str, str] | None = None, base_url="http://127.0.0.1:9/v1"):
+def exchange(
+    body: Body, headers: dict[str, str] | None = None, base_url="http://127.0.0.1:9/v1", timeout=5
+):
     """What ModelClient.complete makes of one answer streamed as `body`, one attempt."""
 
     def handler(request):
         return httpx.Response(200, headers=headers or {}, stream=body)
 
     async def go():
-        endpoint = Endpoint("openai", base_url, "m", KEY, timeout=5)
+        endpoint = Endpoint("openai", base_url, "m", KEY, timeout=timeout)
         policy = RetryPolicy(attempts=1)
         transport = httpx.MockTransport(handler)
         async with ModelClient(endpoint, retry=policy, transport=transport) as client:
@@ -960,3 +966,10 @@ def test_a_url_httpx_cannot_build_is_an_endpoint_wide_error_naming_it():
     assert isinstance(error, ModelError) and error.endpoint_wide and not error.retryable
     assert error.reason == "invalid URL (Invalid port: ':1')"
     assert error.where == "POST http://[::1/v1/chat/completions"
+
+
+def test_a_body_that_drips_forever_is_cut_at_the_timeout():
+    # --timeout bounds the whole request: a server sending a byte now and then, never
+    # pausing long enough for a read timeout, is still cut off.
+    error = exchange(Body([b" "], endless=True, pace=0.05), timeout=0.5)
+    assert isinstance(error, ModelError) and error.reason == "no response within 0.5s"
