@@ -228,6 +228,13 @@ SINGLES: dict[str, str] = {
         "The declared length never read: a body over the limit is then refused by the "
         "streamed count after 8 MiB are read, with the same error."
     ),
+    **{
+        f"volumetool.model_client.xǁModelClientǁ_read__mutmut_{n}": (
+            "The encoding named when a body does not decode and no Content-Encoding was "
+            "sent: httpx only decodes (and only fails to) what that header declares."
+        )
+        for n in (22, 24, 27)
+    },
     "volumetool.model_client.xǁModelClientǁ_read__mutmut_8": (
         "The default of an absent Content-Length, 'XXXX' for '': neither is digits."
     ),

@@ -973,3 +973,9 @@ def test_a_body_that_drips_forever_is_cut_at_the_timeout():
     # pausing long enough for a read timeout, is still cut off.
     error = exchange(Body([b" "], endless=True, pace=0.05), timeout=0.5)
     assert isinstance(error, ModelError) and error.reason == "no response within 0.5s"
+
+
+def test_a_completion_names_its_request():
+    body = json.dumps(openai_answer(content="Summary.")).encode()
+    done = answer(200, {"x-request-id": "req_5"}, body)
+    assert not isinstance(done, ModelError) and done.request_id == "req_5"
