@@ -214,9 +214,10 @@ SINGLES: dict[str, str] = {
     ),
     **{
         f"volumetool.model_client.xǁModelClientǁ__init____mutmut_{n}": (
-            "A connection pool as large as or larger than --concurrency (httpx's defaults, "
-            "100 and 20 kept alive, or no limit): the semaphore around each thread's calls "
-            "holds the requests in flight to --concurrency; a pool smaller than it is tested "
+            "A connection pool of httpx's defaults (100, 20 kept alive) or without a limit, "
+            "instead of --concurrency: the semaphore around each thread's calls holds the "
+            "requests in flight to --concurrency, so a larger pool changes nothing up to 100 "
+            "(keep-alive only reuses connections); a pool smaller than it is tested "
             "(test_concurrency_above_the_pools_default_is_honoured)."
         )
         for n in (14, 17, 18, 19, 20)
