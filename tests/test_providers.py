@@ -615,17 +615,23 @@ def test_nothing_to_fold_is_said_without_a_call():
     assert client.users == []
 
 
+def after_summary(path: Path, summary: str | None) -> Path:
+    """A volume with one due thread (k0) whose earlier compaction left `summary`."""
+    w = VolumeWriter(path)
+    s = due_thread(w, "k0")
+    w.conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, s))
+    w.close()
+    return w.path
+
+
 def test_a_dry_run_estimates_the_previous_summary_with_the_fold(server, tmp_path):
     """What a compaction would replace is the previous summary and the fold: a previous
     summary of 4,000 characters adds its 1,000 tokens (a token is about four characters) to
     the estimate a dry run lists."""
     estimates = []
     for n, summary in enumerate((None, "Earlier: " + "x" * 3_991)):
-        w = VolumeWriter(tmp_path / f"agent{n}.db")
-        s = due_thread(w, "k0")
-        w.conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, s))
-        w.close()
-        [outcome], code = compact([str(w.path)], request(server, dry_run=True))
+        path = after_summary(tmp_path / f"agent{n}.db", summary)
+        [outcome], code = compact([str(path)], request(server, dry_run=True))
         assert (outcome.status, code, outcome.model) == ("would_compact", 0, "tiny")
         estimates.append(outcome.estimated_tokens)
     assert estimates[1] - estimates[0] == 1_000
@@ -793,12 +799,9 @@ def test_saved_tokens_count_the_previous_summary_it_replaces(server, tmp_path):
     characters saves 1,000 tokens more."""
     saved = []
     for n, summary in enumerate((None, "Earlier: " + "x" * 3_991)):
-        w = VolumeWriter(tmp_path / f"agent{n}.db")
-        s = due_thread(w, "k0")
-        w.conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, s))
-        w.close()
+        path = after_summary(tmp_path / f"agent{n}.db", summary)
         server.answer = lambda body: "The user asked about deploy/values.yaml; answered."
-        [outcome], _ = compact([str(w.path)], request(server))
+        [outcome], _ = compact([str(path)], request(server))
         assert outcome.status == "compacted", outcome
         saved.append(outcome.saved_tokens)
     assert saved[1] - saved[0] == 1_000
