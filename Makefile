@@ -50,10 +50,15 @@ fuzz: $(READY)
 
 # Mutation testing of the compaction core and the model client; writes tests/MUTANTS.md and
 # fails while a surviving mutant is neither killed nor explained. Takes hours on two cores.
-mutants: $(READY)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[mutants]'
-	HYPOTHESIS_PROFILE=mutants $(BIN)/mutmut run --max-children $(or $(JOBS),2)
-	$(BIN)/python -m tests.mutants --recheck
+# mutmut lives in a venv of its own: it brings textual and rich, and httpx imports rich when it
+# can, which would make every volumetool command in .venv (and `make bench`) start slower than
+# it does where volumetool is installed alone.
+MUTANTS_BIN := .venv-mutants/bin
+mutants:
+	@test -x $(MUTANTS_BIN)/python || $(PYTHON) -m venv .venv-mutants
+	$(MUTANTS_BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,mutants]'
+	HYPOTHESIS_PROFILE=mutants $(MUTANTS_BIN)/mutmut run --max-children $(or $(JOBS),2)
+	$(MUTANTS_BIN)/python -m tests.mutants --recheck
 
 # Render the report page in Debian's headless Chromium and print it on A4, and hold it to HTML
 # Tidy (both installed here when missing: root and apt, as on CI); the tests are skipped
@@ -68,4 +73,4 @@ bench: $(READY)
 	$(BIN)/python -m bench.run $(if $(QUICK),--quick)
 
 clean:
-	rm -rf $(VENV) $(DEMO) bench/.cache .hypothesis *.egg-info
+	rm -rf $(VENV) .venv-mutants $(DEMO) bench/.cache .hypothesis *.egg-info

@@ -12,6 +12,7 @@ several runs, peak memory (max RSS of the child, from wait4), and the ratio to i
 from __future__ import annotations
 
 import argparse
+import compileall
 import math
 import os
 import platform
@@ -1448,6 +1449,10 @@ def main() -> None:
     args = parser.parse_args()
     scale = QUICK if args.quick else FULL
     CACHE.mkdir(parents=True, exist_ok=True)
+    # Measured as pip installs it: its modules compiled to bytecode (pip does that for every
+    # wheel it installs; an editable checkout would compile them again in every command where
+    # PYTHONDONTWRITEBYTECODE is set, as it is on some CI images and containers).
+    compileall.compile_dir(ROOT / "volumetool", quiet=1)
     started = time.monotonic()
     large = cached(
         f"demo-{scale.sessions}.db",

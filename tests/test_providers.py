@@ -672,6 +672,92 @@ def test_every_outcome_is_reported_as_it_is_done(server, tmp_path):
     assert [o.status for o in seen] == ["compacted"] * 3
 
 
+def test_the_first_calls_go_out_before_the_last_thread_is_planned(server, tmp_path, monkeypatch):
+    """Calls start as jobs are planned (run.summarize_all): a cron pass over thousands of
+    threads does not wait for the last of them to be read before its first call."""
+    from volumetool.compaction import run
+
+    path = volume(tmp_path, threads=6)
+    events: list[str] = []
+    planned, called = run.plan_fold, run.summarize
+    monkeypatch.setattr(run, "plan_fold", lambda live: events.append("plan") or planned(live))
+
+    async def calling(*args, **kwargs):
+        events.append("call")
+        return await called(*args, **kwargs)
+
+    monkeypatch.setattr(run, "summarize", calling)
+    outcomes, code = compact([str(path)], request(server, concurrency=2))
+    assert code == 0 and [o.status for o in outcomes] == ["compacted"] * 6
+    assert events.count("plan") == 6 and events.count("call") == 6
+    last_planned = len(events) - 1 - events[::-1].index("plan")
+    assert events.index("call") < last_planned, events
+
+
+def test_answers_that_come_back_while_planning_wait_to_be_written(
+    server, tmp_path, monkeypatch
+):
+    """A volume is planned in one read snapshot on its connection: an answer that comes back
+    before the planning is over is written after it, never inside that snapshot."""
+    import time
+
+    from volumetool.compaction import run
+
+    path = volume(tmp_path, threads=40)
+    events: list[str] = []
+    read, called = run.thread_facts, run.summarize
+
+    def slow(conn, session_id):
+        time.sleep(0.01)  # the loop runs the calls under way between two threads
+        events.append("plan")
+        return read(conn, session_id)
+
+    async def answered(*args, **kwargs):
+        summary = await called(*args, **kwargs)
+        events.append("answer")
+        return summary
+
+    monkeypatch.setattr(run, "thread_facts", slow)
+    monkeypatch.setattr(run, "summarize", answered)
+    outcomes, code = compact([str(path)], request(server, concurrency=8))
+    last_planned = len(events) - 1 - events[::-1].index("plan")
+    assert events.index("answer") < last_planned  # the case this is about happened
+    assert [o.status for o in outcomes] == ["compacted"] * 40, outcomes
+    assert code == 0
+
+
+def test_a_volume_that_fails_mid_way_keeps_the_jobs_it_planned(server, tmp_path, monkeypatch):
+    """A volume whose reading fails after some of its threads were planned: those threads are
+    compacted (their calls are under way), the volume's error is a skipped row of its own, and
+    the next volume is planned as usual."""
+    from volumetool.compaction import run
+    from volumetool.errors import UnusableInput
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = volume(tmp_path / "a", threads=3), volume(tmp_path / "b", threads=2)
+    loaded = run.load_thread
+    seen: list[int] = []
+
+    def failing(conn, session_id):
+        seen.append(session_id)
+        if len(seen) == 3:
+            raise UnusableInput("the file went away")
+        return loaded(conn, session_id)
+
+    monkeypatch.setattr(run, "load_thread", failing)
+    outcomes, code = compact([str(first), str(second)], request(server))
+    rows = [(Path(o.volume).parent.name, o.conversation_key, o.status) for o in outcomes]
+    assert rows == [
+        ("a", None, "skipped"),
+        ("a", "k0", "compacted"),
+        ("a", "k1", "compacted"),
+        ("b", "k0", "compacted"),
+        ("b", "k1", "compacted"),
+    ]
+    assert "the file went away" in outcomes[0].error and code == 2
+
+
 def test_a_bad_key_skips_the_other_threads_naming_the_model(server, tmp_path):
     """The threads skipped once the endpoint is unusable are listed with the model that
     would have written their summaries, like every other row."""

@@ -182,17 +182,18 @@ def compact(
     started = time.monotonic()
     show_progress = sys.stderr.isatty() and not dry_run
     with contextlib.ExitStack() as stack:
-        bars = []  # the bar exists once planning knows how many threads there are
+        # The bar exists once planning knows how many threads there are; calls start before
+        # that, so it starts from the threads already done.
+        bars, finished = [], []
 
         def planned(total: int) -> None:
             if show_progress:
-                bars.append(
-                    stack.enter_context(
-                        click.progressbar(length=total, label="compacting", file=sys.stderr)
-                    )
-                )
+                bar = click.progressbar(length=total, label="compacting", file=sys.stderr)
+                bars.append(stack.enter_context(bar))
+                bar.update(len(finished))
 
         def done(outcome) -> None:
+            finished.append(outcome)
             for bar in bars:
                 bar.update(1)
 

@@ -301,26 +301,25 @@ _BRANCHES = {
 }
 # Most digits start a plain number ("order 4471", "180 ms"): that is tried first, unless what
 # follows could make it a date, a time, a version or an address, whose branches come before.
-_BRANCHES["plain"] = (
+_PLAIN = (
     r"(?!\d+(?:[-/.:@年月時日h]\d|@)|\d{1,2}(?:\.|er|º|°|st|nd|rd|th)?"
     rf"{_SP}+(?:de{_SP}+)?{_MONTH}|\d{{1,2}}{_SP}?(?i:[ap]\.?m\.?)(?![A-Za-z])"
     rf"|\d{{1,2}}(?:[.:]\d\d)?{_SP}Uhr|\d{{1,2}}[時月])" + _QUANTITY
 )
 
 
-def _scanner(branches: Iterable[str]) -> re.Pattern[str]:
+@functools.cache
+def _scanner() -> re.Pattern[str]:
+    """Every branch in one pattern, "plain" first: it starts with a digit, so at a digit the
+    branches that can start there are tried in its order, and elsewhere in `_BRANCHES`'.
+    Compiled on first use: it takes longer than the rest of this module to build, and a
+    compaction needs it once its first calls are out (facts_of_fold runs while they wait)."""
+    branches = {"plain": _PLAIN, **_BRANCHES}
+    alternatives = "|".join(f"(?P<{name}>{pattern})" for name, pattern in branches.items())
     # A fact starts a token: the look-behind rejects the inside of words.
-    alternatives = "|".join(f"(?P<{b}>{_BRANCHES[b]})" for b in branches)
     return re.compile(f"(?<![A-Za-z0-9_])(?:{alternatives})")
 
 
-_SCAN = _scanner(b for b in _BRANCHES if b != "plain")
-_SCAN_DIGIT = _scanner(
-    _words(
-        "plain email uuid isodate numdate jadate dotdate dmdate dotted duration time number "
-        "hash codeid host relpath filename"
-    )
-)
 # Every fact holds one of these where it starts or in its first word. The pattern is led by a
 # character set, so the search jumps in C from one to the next over plain prose.
 _TRIGGER = re.compile(
@@ -627,7 +626,7 @@ def _code(text: str) -> list[_Token]:
     inner = text[1:-1].strip().strip("\"'")
     if len(inner) < 2:
         return []
-    whole = _SCAN.fullmatch(inner)
+    whole = _scanner().fullmatch(inner)
     if whole is not None:
         return list(_parsed(whole.lastgroup or "", inner))
     if len(inner) > CODE_SPAN_MAX_CHARS:
@@ -690,12 +689,13 @@ def _scan(text: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     pos = 0
     search, digit_at, fact_at, token_chars = _TRIGGER.search, _number_at, _fact_at, _TOKEN_CHARS
+    scan = _scanner().match
     while (trigger := search(text, pos)) is not None:
         i = trigger.start()
         if text[i].isdigit() and (i == pos or text[i - 1] not in token_chars):
-            match = digit_at(text, i, pos)  # the common case, without the walk back
+            match = digit_at(scan, text, i, pos)  # the common case, without the walk back
         else:
-            match = fact_at(text, i, pos)
+            match = fact_at(scan, text, i, pos)
         if match is None:
             pos = _after_blob(text, i + 1)
             continue
@@ -714,34 +714,35 @@ def _after_blob(text: str, pos: int) -> int:
     return end.start() if end else len(text)
 
 
-def _fact_at(text: str, i: int, floor: int) -> re.Match[str] | None:
+_Match = Callable[[str, int], "re.Match[str] | None"]  # the scanner's match
+
+
+def _fact_at(scan: _Match, text: str, i: int, floor: int) -> re.Match[str] | None:
     """The first fact that starts in the word holding position i, or in the word before it
     ("Nov 30", "USD 1,200"), but not before floor."""
     start = i
     while start > floor and text[start - 1] in _TOKEN_CHARS:
         start -= 1
     if start == i and text[i].isdigit():
-        return _number_at(text, i, floor)
+        return _number_at(scan, text, i, floor)
     if text[start].isdigit():
         before = _word_before(text, start, floor) if _may_follow_a_word(text, start) else None
-        if before is not None and (match := _SCAN.match(text, before)) is not None:
+        if before is not None and (match := scan(text, before)) is not None:
             return match
     for k in range(start, i + 1):
-        if k == start or text[k - 1] not in _ASCII_WORD:
-            scan = _SCAN_DIGIT if text[k].isdigit() else _SCAN
-            if (match := scan.match(text, k)) is not None:
-                return match
+        if (k == start or text[k - 1] not in _ASCII_WORD) and (match := scan(text, k)):
+            return match
     return None
 
 
-def _number_at(text: str, i: int, floor: int) -> re.Match[str] | None:
+def _number_at(scan: _Match, text: str, i: int, floor: int) -> re.Match[str] | None:
     """The fact at a digit that starts its word: a day after its month or an amount after its
     currency code ("Nov 30", "USD 1,200") starts at that word, anything else at the digit."""
     if i - 1 > floor and text[i - 1] in " \u00a0" and _may_follow_a_word(text, i):
         before = _word_before(text, i, floor)
-        if before is not None and (match := _SCAN.match(text, before)) is not None:
+        if before is not None and (match := scan(text, before)) is not None:
             return match
-    return _SCAN_DIGIT.match(text, i)
+    return scan(text, i)
 
 
 def _may_follow_a_word(text: str, start: int) -> bool:

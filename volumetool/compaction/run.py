@@ -1,9 +1,11 @@
 """Running compaction over volumes, by hand or from cron.
 
-Each volume is checked, then locked (so two volumetool compactions never overlap), planned in
-one read snapshot; then its due threads are summarized with at most `concurrency` model calls
-in flight. Writes are serialized: each ending is one BEGIN IMMEDIATE transaction that re-checks
-the snapshot, so whatever the agent appended meanwhile stays live and untouched.
+Each volume is checked, then locked (so two volumetool compactions never overlap), and planned
+in one read snapshot; its due threads are summarized as they are found, with at most
+`concurrency` model calls in flight, so the first calls go out before the last thread is
+planned. Writes wait for the planning and are serialized: each ending is one BEGIN IMMEDIATE
+transaction that re-checks the snapshot, so whatever the agent appended meanwhile stays live
+and untouched.
 
 Whatever goes wrong with one thread — any exception, any response — becomes that thread's
 outcome; the other threads go on, and every thread gets its line.
@@ -15,7 +17,7 @@ import asyncio
 import contextlib
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 
@@ -221,21 +223,33 @@ def check_request(request: Request) -> None:
 
 
 class _Planner:
-    """The jobs of one volume, from one read snapshot; threads that will not be compacted
-    come back as outcomes saying why."""
+    """The jobs of a run, volume after volume, each volume read in one snapshot; threads that
+    will not be compacted, and volumes that cannot be planned, come back as outcomes saying
+    why."""
 
-    def __init__(self, volume: Volume, request: Request, model: str | None) -> None:
-        self.volume, self.request, self.model = volume, request, model
-        self.jobs: list[Job] = []
+    def __init__(
+        self,
+        arguments: Sequence[str | None],
+        request: Request,
+        model: str | None,
+        stack: contextlib.ExitStack,
+    ) -> None:
+        self.arguments, self.request, self.model, self.stack = arguments, request, model, stack
         self.outcomes: list[Outcome] = []
         self.now = request.clock()
 
     def skip(
-        self, key: str, session_id: int | None, reason: str, due: Due | None = None, code: int = 0
+        self,
+        volume: Volume,
+        key: str,
+        session_id: int | None,
+        reason: str,
+        due: Due | None = None,
+        code: int = 0,
     ) -> None:
         self.outcomes.append(
             Outcome(
-                str(self.volume.path),
+                str(volume.path),
                 key,
                 session_id,
                 "skipped",
@@ -247,54 +261,73 @@ class _Planner:
             )
         )
 
-    def plan(self) -> None:
+    def candidates(self) -> Iterator[Job | None]:
+        """Each candidate thread of each volume in turn: its job, or None when it is skipped.
+        A generator, so that the first calls go out while the rest is planned: a volume's
+        snapshot stays open until its last candidate, so nothing may write before this is
+        exhausted. A volume that cannot be opened or read is a skipped outcome of its own;
+        jobs it yielded before that go on."""
+        for argument in self.arguments:
+            try:
+                yield from self._volume(open_volume(argument, self.request, self.stack))
+            except VolumetoolError as exc:
+                code, error = exc.exit_code, exc.format_message()
+                self.outcomes.append(
+                    Outcome(str(argument), None, None, "skipped", error=error, exit_code=code)
+                )
+
+    def _volume(self, volume: Volume) -> Iterator[Job | None]:
         request, settings = self.request, self.request.config.memory
-        with self.volume.snapshot() as conn:
+        with volume.snapshot() as conn:
             if request.key is not None:
                 candidates = active_threads(conn, key=request.key)
                 if not candidates:
-                    self.skip(request.key, None, "no active thread under this key", code=1)
+                    self.skip(volume, request.key, None, "no active thread under this key", code=1)
             elif settings.compaction_enabled:
                 candidates = active_threads(conn, threshold=settings.compact_at_tokens)
             else:
                 candidates = []
             for session_id, key in candidates:
-                self.consider(conn, session_id, key)
+                yield self.consider(volume, conn, session_id, key)
 
-    def consider(self, conn, session_id: int, key: str) -> None:
+    def consider(self, volume: Volume, conn, session_id: int, key: str) -> Job | None:
         request = self.request
         facts = thread_facts(conn, session_id)
         due = check_due(request.config.memory, facts.runs, facts.live_turns)
         if not due.is_due and not request.force:
             if request.key is not None:
-                self.skip(key, session_id, f"not due: {due.reason} (--force compacts anyway)", due)
-            return
+                reason = f"not due: {due.reason} (--force compacts anyway)"
+                self.skip(volume, key, session_id, reason, due)
+            return None
         until = backoff_until(facts.failures, facts.last_failure_at)
         if until is not None and until > self.now and not request.force:
             self.skip(
+                volume,
                 key,
                 session_id,
                 f"backing off after {facts.failures} failed compaction(s): next try at "
                 f"{iso(until)} (--force tries now)",
                 due,
             )
-            return
+            return None
         thread = load_thread(conn, session_id)
         plan = plan_fold(thread.live)
         if plan.empty:
-            self.skip(key, session_id, "nothing to fold: the last two turns are kept", due)
-            return
+            reason = "nothing to fold: the last two turns are kept"
+            self.skip(volume, key, session_id, reason, due)
+            return None
         folded = estimate_tokens(None, plan.fold)
         if folded < request.min_fold_tokens:
             self.skip(
+                volume,
                 key,
                 session_id,
                 f"nothing worth folding: ~{folded:,} tokens < --min-fold-tokens "
                 f"{request.min_fold_tokens:,}",
                 due,
             )
-            return
-        self.jobs.append(Job(self.volume, thread, plan, due))
+            return None
+        return Job(volume, thread, plan, due)
 
 
 def _planned(job: Job, model: str | None, status: str, **values: object) -> Outcome:
@@ -438,14 +471,22 @@ async def summarize_job(
 
 
 async def summarize_all(
-    jobs: Sequence[Job],
+    planner: _Planner,
     request: Request,
     endpoint: Endpoint,
     transport: httpx.AsyncBaseTransport | None,
+    on_planned: Callable[[int], None],
     on_done: Callable[[Outcome], None],
 ) -> list[Outcome]:
+    """Each job's outcome, in the order planned. Calls start as jobs are planned; the writes
+    wait until planning is over (each volume is read in one snapshot)."""
+    candidates = planner.candidates()
+    first = next((job for job in candidates if job is not None), None)
+    if first is None:
+        return []
     semaphore = asyncio.Semaphore(request.concurrency)
     writing = asyncio.Lock()
+    planned = asyncio.Event()
     system = system_prompt(request.prompt, request.instructions)
     limits = Limits(request.max_input_tokens, request.max_summary_tokens)
 
@@ -463,12 +504,20 @@ async def summarize_all(
             if isinstance(ending, str):
                 outcome = _planned(job, endpoint.model, "skipped", error=ending, exit_code=1)
             else:
+                await planned.wait()
                 async with writing:
                     outcome = await asyncio.to_thread(finish, job, ending)
             on_done(outcome)
             return outcome
 
-        return list(await asyncio.gather(*(one(job) for job in jobs)))
+        tasks = [asyncio.create_task(one(first))]
+        for job in candidates:
+            if job is not None:
+                tasks.append(asyncio.create_task(one(job)))
+            await asyncio.sleep(0)  # the calls under way go on between two threads planned
+        planned.set()
+        on_planned(len(tasks))
+        return list(await asyncio.gather(*tasks))
 
 
 def open_volume(argument: str | None, request: Request, stack: contextlib.ExitStack) -> Volume:
@@ -492,31 +541,15 @@ def compact(
     """Compact every due thread (or the --key thread) of every volume; outcomes and exit code."""
     check_request(request)
     model, endpoint = resolve_endpoint(request, need_key=not request.dry_run)
-    outcomes: list[Outcome] = []
-    jobs: list[Job] = []
     with contextlib.ExitStack() as stack:
-        for argument in volumes:
-            try:
-                planner = _Planner(open_volume(argument, request, stack), request, model)
-                planner.plan()
-            except VolumetoolError as exc:
-                outcomes.append(
-                    Outcome(
-                        str(argument),
-                        None,
-                        None,
-                        "skipped",
-                        error=exc.format_message(),
-                        exit_code=exc.exit_code,
-                    )
-                )
-                continue
-            jobs.extend(planner.jobs)
-            outcomes.extend(planner.outcomes)
+        planner = _Planner(volumes, request, model, stack)
         if request.dry_run:
-            outcomes.extend(_planned(job, model, "would_compact") for job in jobs)
-        elif jobs:
-            on_planned(len(jobs))
+            jobs = [job for job in planner.candidates() if job is not None]
+            done = [_planned(job, model, "would_compact") for job in jobs]
+        else:
             assert endpoint is not None
-            outcomes.extend(asyncio.run(summarize_all(jobs, request, endpoint, transport, on_done)))
+            done = asyncio.run(
+                summarize_all(planner, request, endpoint, transport, on_planned, on_done)
+            )
+        outcomes = [*planner.outcomes, *done]
     return outcomes, worst_exit_code(o.exit_code for o in outcomes)
