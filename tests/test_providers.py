@@ -694,9 +694,7 @@ def test_the_first_calls_go_out_before_the_last_thread_is_planned(server, tmp_pa
     assert events.index("call") < last_planned, events
 
 
-def test_answers_that_come_back_while_planning_wait_to_be_written(
-    server, tmp_path, monkeypatch
-):
+def test_answers_that_come_back_while_planning_wait_to_be_written(server, tmp_path, monkeypatch):
     """A volume is planned in one read snapshot on its connection: an answer that comes back
     before the planning is over is written after it, never inside that snapshot."""
     import time
