@@ -1002,7 +1002,7 @@ class _Summary:
 
     @functools.cached_property
     def words(self) -> set[str]:
-        return set(_WORD_RUN.findall(self.summary.casefold()))  # normalising changes no word
+        return set(_WORD_RUN.findall(self.text))  # normalising changes no word but its case
 
     @functools.cached_property
     def text(self) -> str:
