@@ -756,6 +756,42 @@ def test_a_volume_that_fails_mid_way_keeps_the_jobs_it_planned(server, tmp_path,
     assert "the file went away" in outcomes[0].error and code == 2
 
 
+def test_a_bug_while_planning_shows_after_the_calls_made_are_written(server, tmp_path, monkeypatch):
+    """A surprise while planning stops the run as an internal error, but only once the calls
+    already made are written (their cost is in `runs`), and nothing waits for ever."""
+    import threading
+
+    from volumetool.compaction import run
+
+    path = volume(tmp_path, threads=5)
+    planned = run.plan_fold
+    seen: list[int] = []
+
+    def buggy(live):
+        seen.append(1)
+        if len(seen) == 3:
+            raise RuntimeError("a bug")
+        return planned(live)
+
+    monkeypatch.setattr(run, "plan_fold", buggy)
+    raised: list[BaseException] = []
+
+    def compacting() -> None:
+        try:
+            compact([str(path)], request(server, concurrency=2))
+        except BaseException as exc:  # what reaches the caller is the point
+            raised.append(exc)
+
+    worker = threading.Thread(target=compacting, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "compact waited for ever"
+    assert [type(e) for e in raised] == [RuntimeError]
+    runs = table_dump(path, ["runs"])["runs"]
+    assert len(server.requests) == 2
+    assert sum("compaction" in row and "ok" in row for row in runs) == 2, runs
+
+
 def test_a_bad_key_skips_the_other_threads_naming_the_model(server, tmp_path):
     """The threads skipped once the endpoint is unusable are listed with the model that
     would have written their summaries, like every other row."""

@@ -405,8 +405,9 @@ class ModelClient:
 
     async def _attempt(self, system: str, user: str) -> Completion:
         timeout = self.endpoint.timeout
-        try:
-            return await asyncio.wait_for(self._exchange(system, user), timeout)
+        try:  # not wait_for: before Python 3.12 it can lose a cancellation (gh-86296)
+            async with asyncio.timeout(timeout):
+                return await self._exchange(system, user)
         except TimeoutError:
             raise ModelError(
                 f"no response within {timeout:g}s", retryable=True, where=self.endpoint.where

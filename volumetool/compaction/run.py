@@ -511,11 +511,17 @@ async def summarize_all(
             return outcome
 
         tasks = [asyncio.create_task(one(first))]
-        for job in candidates:
-            if job is not None:
-                tasks.append(asyncio.create_task(one(job)))
-            await asyncio.sleep(0)  # the calls under way go on between two threads planned
-        planned.set()
+        try:
+            for job in candidates:
+                if job is not None:
+                    tasks.append(asyncio.create_task(one(job)))
+                await asyncio.sleep(0)  # the calls under way go on between two threads planned
+        except Exception:  # a bug while planning: the calls already made are written first
+            planned.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            planned.set()  # whatever stopped the planning, no write waits for ever
         on_planned(len(tasks))
         return list(await asyncio.gather(*tasks))
 
