@@ -661,9 +661,12 @@ def retention_rows(scale: Scale) -> list[Row]:
             note = f"wall {statistics.median(wall) / local_wall:.1%} of {local_wall * 1e3:.0f} ms"
             if part.endswith("(critical path)"):
                 dense = s.median("dense_cpu")
+                whole = s.median("whole_cpu")
                 note += (
                     f"; a {m.dense_chars / 1e3:.0f} kB summary of facts only: "
-                    f"{dense * 1e3:.1f} ms, {dense / local:.1%}; the whole `volumetool compact` "
+                    f"{dense * 1e3:.1f} ms, {dense / local:.1%}; the whole compaction in this "
+                    f"process, fixed cost included: {whole * 1e3:.0f} ms CPU, of which "
+                    f"{s.median('kept_cpu') / whole:.1%}; the whole `volumetool compact` "
                     f"command: {s.median('command'):.2f} s, of which "
                     f"{s.median('kept') / s.median('command'):.1%}"
                 )
