@@ -1273,11 +1273,17 @@ NOTES = """
 - Compaction at concurrency 16 took 9.6x its ideal on the quick run: the profile showed 383
   requests for 35 threads. The test server refused bursts of connections (socketserver's
   backlog of 5) and stalled every response by 40 ms (Nagle against delayed ACK); with a
-  backlog of 128 and TCP_NODELAY it takes 1.16-1.21x its ideal at full scale, at the line
-  of its goal. What remains is about 0.45 s of fixed and per-request cost against an ideal
-  of 2.8 s: start-up and imports (0.2 s), planning 2,600 threads in one snapshot (0.08 s),
-  and about 10 ms a wave of Python work per response on two cores shared with the test
-  server. Against a real model, whose summary calls take seconds, it is a few percent.
+  backlog of 128 and TCP_NODELAY it took 1.16-1.21x its ideal at full scale, and later
+  1.29-1.31x. When each request reached the server showed why: the first one came 0.69 s
+  after start, the waves 0.205 s apart after it. Before the first call the command imported
+  for 0.25 s (40 ms of it rich, which httpx imports when it can: mutmut had brought it
+  into .venv, which now keeps to what `pip install volumetool` brings), compiled the fact
+  scanner (now on first use, while the first calls wait) and planned all 2,600 threads
+  (0.14 s). Calls now start as threads are planned, the rest is planned while they wait, and
+  volumetool runs here from compiled bytecode, as pip installs it: the first request 0.35 s
+  after start, 1.17-1.19x. What remains is start-up, the HTTP client and its first request
+  (about 0.35 s together), and about 5 ms a wave. Against a real model, whose summary calls
+  take seconds, it is a few percent.
 - `status` of 200 volumes took 1.76x its 200 `sqlite3` calls: three quarters of each volume's
   4 ms went to the schema gate comparing the same format again and again. Its verdict now
   depends on the schema table's rows alone (SQLite builds the schema from their text) and is
