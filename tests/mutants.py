@@ -143,7 +143,7 @@ SINGLES: dict[str, str] = {
         "The causes' texts joined with 'XX XX' instead of ' ': no pattern looked for spans two "
         "causes, so each still matches where it did."
     ),
-    "volumetool.compaction.run.x_summarize_all__mutmut_17": (
+    "volumetool.compaction.run.x_summarize_all__mutmut_25": (
         "A connection pool without a limit instead of one of --concurrency: the semaphore "
         "around each thread's calls already holds the requests in flight to --concurrency "
         "(test_concurrency_above_the_pools_default_is_honoured kills a pool smaller than it)."
@@ -153,7 +153,7 @@ SINGLES: dict[str, str] = {
             "The run's breaker not passed: ModelClient makes its own when given none, and one "
             "client serves every thread of the run, so all its threads still share one."
         )
-        for n in (18, 23)
+        for n in (26, 31)
     },
     **{
         f"volumetool.compaction.run.x_summarize_all__mutmut_{n}": (
@@ -161,7 +161,16 @@ SINGLES: dict[str, str] = {
             "another thread's failed call makes it unusable, and that failure already makes "
             "the run exit 1."
         )
-        for n in (40, 45)
+        for n in (48, 53)
+    },
+    **{
+        f"volumetool.compaction.run.x_summarize_all__mutmut_{n}": (
+            "The calls under way gathered without return_exceptions after a bug while "
+            "planning: each thread's task turns whatever its call or its write meets into an "
+            "outcome (summarize_job, finish), so none raises, and the planning's own "
+            "exception is raised after either way."
+        )
+        for n in (74, 76, 77)
     },
     "volumetool.compaction.plan.x_check_due__mutmut_55": (
         "An agent run newer than or as new as the last compaction: run ids are unique and the "
@@ -188,12 +197,12 @@ SINGLES: dict[str, str] = {
         for n in (106, 108)
     },
     **{
-        f"volumetool.compaction.run.xǁ_Plannerǁplan__mutmut_{n}": (
+        f"volumetool.compaction.run.xǁ_Plannerǁ_volume__mutmut_{n}": (
             "The candidates read without the threshold: the SQL filter is a necessary "
             "condition of check_due, which decides each candidate anyway (as for "
             "store.active_threads mutant 15): a slower read, the same outcomes."
         )
-        for n in (21, 23)
+        for n in (23, 25)
     },
     **{f"volumetool.model_client.xǁEndpointǁheaders__mutmut_{n}": _HEADER_CASE for n in (20, 26)},
     "volumetool.model_client.xǁModelClientǁ__init____mutmut_1": (
@@ -201,7 +210,7 @@ SINGLES: dict[str, str] = {
     ),
     **{
         f"volumetool.model_client.xǁModelClientǁ__init____mutmut_{n}": (
-            "httpx's own timeout changed or gone: asyncio.wait_for bounds the whole exchange "
+            "httpx's own timeout changed or gone: asyncio.timeout bounds the whole exchange "
             "to the same --timeout (ModelClient._attempt), with the same message."
         )
         for n in (9, 13, 16)

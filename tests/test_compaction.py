@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 
@@ -788,3 +789,66 @@ def test_a_conflict_counts_the_folded_messages_that_changed(tmp_path, how):
         )
     assert len(fold) > 3 and conflict_reason(w.conn, thread, fold) == expected
     w.close()
+
+
+# The bar is made when planning knows how many threads there are, and calls start before that:
+# here every thread is done before the bar exists (the far end of what can happen).
+LATE_PLANNING = """
+import sys
+from volumetool.compaction import run
+real = run.compact
+def late(volumes, request, *, on_planned, on_done, **kwargs):
+    done = []
+    def record(outcome):
+        done.append(outcome)
+        on_done(outcome)
+    outcomes = real(volumes, request, on_planned=lambda total: None, on_done=record, **kwargs)
+    on_planned(len(done))
+    return outcomes
+run.compact = late
+from volumetool.cli import main
+sys.argv[0] = "volumetool"
+main()
+"""
+
+
+def test_on_a_terminal_the_bar_counts_the_threads_done_before_it(volume):
+    """On a terminal a progress bar goes to stderr, from the threads already done when
+    planning ends: a run ends with a full bar, stdout stays the result lines."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                LATE_PLANNING,
+                "compact",
+                volume["path"],
+                "--config",
+                volume["config"],
+            ],
+            env={**os.environ, "TEST_MODEL_KEY": KEY},
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(follower)
+    shown = b""
+    try:
+        while chunk := os.read(leader, 65536):
+            shown += chunk
+    except OSError:  # the terminal is closed once everything written to it is read
+        pass
+    finally:
+        os.close(leader)
+    assert result.returncode == 0, shown
+    shares = re.findall(rb"compacting .*?(\d+)%", shown)
+    assert shares and shares[-1] == b"100", shown
+    assert b"compacted" in result.stdout and b"compacting" not in result.stdout
