@@ -1487,6 +1487,11 @@ def main() -> None:
     for name, group in groups:
         if args.only and args.only not in name:
             continue
+        # Each group starts from a flushed disk: the hundreds of MB a group before it wrote
+        # (migrate, the fleet) are otherwise written back while it runs, and every commit's
+        # fsync waits behind them (compaction at concurrency 16 measured 1.24x after them,
+        # 1.17x alone).
+        os.sync()
         rows.extend(group())
     took = time.monotonic() - started
     missed = [r.name for r in rows if r.met is False]
