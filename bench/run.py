@@ -1281,9 +1281,13 @@ NOTES = """
   scanner (now on first use, while the first calls wait) and planned all 2,600 threads
   (0.14 s). Calls now start as threads are planned, the rest is planned while they wait, and
   volumetool runs here from compiled bytecode, as pip installs it: the first request 0.35 s
-  after start, 1.17-1.19x. What remains is start-up, the HTTP client and its first request
-  (about 0.35 s together), and about 5 ms a wave. Against a real model, whose summary calls
-  take seconds, it is a few percent.
+  after start, 1.17x (`--only compact`, 04:45 UTC, both rows). Run after the groups before
+  it, as in this table, it measured 1.22-1.26x within the hour: the same code alone then
+  took 1.26x too (and 1.26x on tmpfs, so not the commits' fsync), and a bare Python loop
+  took 1.0-1.7 s from one minute to the next: the host's CPU, not the order. What remains
+  is start-up, the HTTP client and its first request (0.35-0.5 s together) and 5-10 ms a
+  wave, all Python CPU that a slower host stretches. Against a real model, whose summary
+  calls take seconds, it is a few percent.
 - `status` of 200 volumes took 1.76x its 200 `sqlite3` calls: three quarters of each volume's
   4 ms went to the schema gate comparing the same format again and again. Its verdict now
   depends on the schema table's rows alone (SQLite builds the schema from their text) and is
