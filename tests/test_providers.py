@@ -792,6 +792,37 @@ def test_a_bug_while_planning_shows_after_the_calls_made_are_written(server, tmp
     assert sum("compaction" in row and "ok" in row for row in runs) == 2, runs
 
 
+def test_every_volume_is_locked_before_the_first_call(server, tmp_path):
+    """A volume whose lock another compaction holds is waited for (--wait) before any call
+    goes out: a wait once calls are under way would hold them up past their --timeout."""
+    import threading
+    import time
+
+    from volumetool.volume import volume_lock
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = volume(tmp_path / "a", threads=30), volume(tmp_path / "b", threads=1)
+    released: list[float] = []
+    calls: list[float] = []
+    server.on_request = lambda body: calls.append(time.monotonic())
+    holding = threading.Event()
+
+    def hold() -> None:
+        with volume_lock(second, 0):
+            holding.set()
+            time.sleep(0.5)
+            released.append(time.monotonic())
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(5)
+    outcomes, code = compact([str(first), str(second)], request(server, wait=5))
+    holder.join()
+    assert code == 0 and [o.status for o in outcomes] == ["compacted"] * 31
+    assert min(calls) > released[0]
+
+
 def test_a_bad_key_skips_the_other_threads_naming_the_model(server, tmp_path):
     """The threads skipped once the endpoint is unusable are listed with the model that
     would have written their summaries, like every other row."""

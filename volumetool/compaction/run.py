@@ -234,9 +234,22 @@ class _Planner:
         model: str | None,
         stack: contextlib.ExitStack,
     ) -> None:
-        self.arguments, self.request, self.model, self.stack = arguments, request, model, stack
-        self.outcomes: list[Outcome] = []
+        self.request, self.model = request, model
         self.now = request.clock()
+        # Every volume is opened (and locked, waiting up to --wait) before any call: a wait
+        # once calls are under way would hold them up. Each keeps its own outcomes, in order.
+        self.volumes: list[tuple[Volume | None, list[Outcome]]] = []
+        self._skipped: list[Outcome] = []  # the outcomes of the volume being planned
+        for argument in arguments:
+            try:
+                self.volumes.append((open_volume(argument, request, stack), []))
+            except VolumetoolError as exc:
+                self.volumes.append((None, [_unusable(argument, exc)]))
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """Why each thread and volume that was not planned was not, volume by volume."""
+        return [outcome for _, outcomes in self.volumes for outcome in outcomes]
 
     def skip(
         self,
@@ -247,7 +260,7 @@ class _Planner:
         due: Due | None = None,
         code: int = 0,
     ) -> None:
-        self.outcomes.append(
+        self._skipped.append(
             Outcome(
                 str(volume.path),
                 key,
@@ -265,16 +278,16 @@ class _Planner:
         """Each candidate thread of each volume in turn: its job, or None when it is skipped.
         A generator, so that the first calls go out while the rest is planned: a volume's
         snapshot stays open until its last candidate, so nothing may write before this is
-        exhausted. A volume that cannot be opened or read is a skipped outcome of its own;
-        jobs it yielded before that go on."""
-        for argument in self.arguments:
+        exhausted. A volume that cannot be read is a skipped outcome of its own; jobs it
+        yielded before that go on."""
+        for volume, outcomes in self.volumes:
+            if volume is None:
+                continue
+            self._skipped = outcomes
             try:
-                yield from self._volume(open_volume(argument, self.request, self.stack))
+                yield from self._volume(volume)
             except VolumetoolError as exc:
-                code, error = exc.exit_code, exc.format_message()
-                self.outcomes.append(
-                    Outcome(str(argument), None, None, "skipped", error=error, exit_code=code)
-                )
+                outcomes.append(_unusable(str(volume.path), exc))
 
     def _volume(self, volume: Volume) -> Iterator[Job | None]:
         request, settings = self.request, self.request.config.memory
@@ -328,6 +341,12 @@ class _Planner:
             )
             return None
         return Job(volume, thread, plan, due)
+
+
+def _unusable(argument: str | None, exc: VolumetoolError) -> Outcome:
+    """A volume that cannot be opened or read, as a row of its own."""
+    code, error = exc.exit_code, exc.format_message()
+    return Outcome(str(argument), None, None, "skipped", error=error, exit_code=code)
 
 
 def _planned(job: Job, model: str | None, status: str, **values: object) -> Outcome:
