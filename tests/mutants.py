@@ -196,6 +196,10 @@ SINGLES: dict[str, str] = {
         )
         for n in (106, 108)
     },
+    "volumetool.compaction.run.xǁ_Plannerǁ__init____mutmut_4": (
+        "The outcomes list before any volume is planned: candidates() sets it before each "
+        "volume's threads are read, so this first value is never read."
+    ),
     **{
         f"volumetool.compaction.run.xǁ_Plannerǁ_volume__mutmut_{n}": (
             "The candidates read without the threshold: the SQL filter is a necessary "
