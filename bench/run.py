@@ -1283,7 +1283,7 @@ NOTES = """
   volumetool runs here from compiled bytecode, as pip installs it: the first request 0.35 s
   after start, 1.17x (`--only compact`, 04:45 UTC, both rows). Run after the groups before
   it, as in this table, it measured 1.22-1.26x within the hour: the same code alone then
-  took 1.26x too (and 1.26x on tmpfs, so not the commits' fsync), and a bare Python loop
+  took 1.27x (and 1.26x on tmpfs, so not the commits' fsync), and a bare Python loop
   took 1.0-1.7 s from one minute to the next: the host's CPU, not the order. What remains
   is start-up, the HTTP client and its first request (0.35-0.5 s together) and 5-10 ms a
   wave, all Python CPU that a slower host stretches. Against a real model, whose summary
