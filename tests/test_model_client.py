@@ -20,7 +20,9 @@ import pytest
 
 from tests.support.model_server import ModelServer
 from volumetool.model_client import (
+    Breaker,
     Endpoint,
+    EndpointUnusable,
     ModelClient,
     ModelError,
     RetryPolicy,
@@ -104,6 +106,38 @@ def test_backoff_is_exponential_with_jitter(server):
     server.queue("503", "500")
     _, delays = run(server, jitter=0.5)
     assert delays == [0.25, 0.5]
+
+
+@pytest.mark.parametrize("when", ["while it waits", "while it is under way"])
+def test_a_breaker_opened_by_another_request_stops_the_retry_as_this_requests_failure(server, when):
+    """Another request finds the endpoint unusable while this one waits to retry (or before
+    its failed answer is back): no retry goes out, and the error is this request's own, sent
+    once, not EndpointUnusable, which means nothing was sent."""
+    breaker = Breaker()
+    delays: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        breaker.trip("HTTP 401 invalid_api_key")
+
+    if when == "while it is under way":
+        server.on_request = lambda body: breaker.trip("HTTP 401 invalid_api_key")
+    server.queue("500")
+
+    async def go():
+        endpoint = Endpoint("openai", server.url, "m", KEY, max_tokens=100, timeout=5)
+        policy = RetryPolicy(attempts=4, sleep=sleep)
+        async with ModelClient(endpoint, retry=policy, breaker=breaker) as client:
+            return await client.complete("system", "user")
+
+    with pytest.raises(ModelError) as caught:
+        asyncio.run(go())
+    error = caught.value
+    assert not isinstance(error, EndpointUnusable)
+    assert (len(server.requests), error.attempts, error.status) == (1, 1, 500)
+    assert error.reason.startswith("HTTP 500 server_error: ")
+    assert error.reason.endswith("; not retried: endpoint unusable: HTTP 401 invalid_api_key")
+    assert len(delays) == (1 if when == "while it waits" else 0)
 
 
 def test_retries_are_bounded(server):
@@ -717,6 +751,33 @@ def test_every_3xx_answer_is_a_redirect_naming_where_it_points(status):
     assert nowhere.reason == "endpoint redirected to another URL: set base_url to it"
 
 
+def test_a_redirect_is_named_without_the_credentials_or_query_it_carries():
+    # SPEC 6: error text names the method and URL, never a key or query secret.
+    moved = answer(307, {"location": "https://me:pw@h.example:8443/v2/chat?api_key=sk-x#top"})
+    assert isinstance(moved, ModelError)
+    assert (
+        moved.reason == "endpoint redirected to https://h.example:8443/v2/chat: set base_url to it"
+    )
+
+
+def test_a_key_the_server_puts_in_an_error_code_or_request_id_is_hidden():
+    # hide() runs on every error of a call: whatever field a server echoes the key in.
+    error = ModelError(f"HTTP 400 {KEY}: bad", error_type=KEY, request_id=f"req_{KEY}")
+    error.hide(KEY)
+    assert (error.reason, error.error_type, error.request_id) == (
+        "HTTP 400 [redacted]: bad",
+        "[redacted]",
+        "req_[redacted]",
+    )
+    assert KEY not in str(error)
+    kept = ModelError("HTTP 500", request_id="req_0123456789abcdef0123456789abcdef")
+    kept.hide(KEY)  # a long request id is the provider's, for its support: kept
+    assert kept.request_id == "req_0123456789abcdef0123456789abcdef"
+    nothing = ModelError("HTTP 500 x", request_id="req_1")
+    nothing.hide("")  # no key configured: nothing to hide, and not every "" replaced
+    assert (nothing.reason, nothing.request_id) == ("HTTP 500 x", "req_1")
+
+
 def test_the_request_id_is_read_from_either_header():
     # OpenAI sends x-request-id, Anthropic request-id; a malformed answer names it.
     for headers, expected in (
@@ -739,8 +800,17 @@ def test_an_answer_without_a_content_type_is_read_as_json():
 
 def test_an_event_stream_is_known_by_its_first_line_whatever_its_label():
     # A proxy forcing stream: true may label the stream application/json and begin it with
-    # blank lines (SSE allows them): its first non-blank line is what gives it away.
-    for body in (b"data: {}\n\n", b"\n\r\n  event: message_start\n", b": keep-alive\n"):
+    # blank lines or a byte order mark, and with any field (data, event, id, retry) or a
+    # comment (the SSE format allows them all): its first non-blank line gives it away.
+    for body in (
+        b"data: {}\n\n",
+        b"\n\r\n  event: message_start\n",
+        b": keep-alive\n",
+        b"id: 1\ndata: {}\n\n",
+        b"retry: 3000\n\n",
+        b"\xef\xbb\xbfdata: {}\n\n",
+        b"\n\xef\xbb\xbf\n: ping\n",
+    ):
         error = answer(200, {"content-type": "application/json"}, body)
         assert isinstance(error, ModelError)
         assert "event stream" in error.reason and error.endpoint_wide

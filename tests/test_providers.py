@@ -34,6 +34,9 @@ ENDPOINT_WIDE = {
     "redirect",
     "event_stream",
     "sse_mislabelled",
+    "sse_id",
+    "sse_bom",
+    "redirect_secret",
 }
 TOO_LONG = {"context_length", "vllm_error", "413"}
 REASONS = {
@@ -55,6 +58,10 @@ REASONS = {
     "gzip_garbage": "does not decode as gzip",
     "event_stream": "event stream",
     "sse_mislabelled": "event stream",
+    "sse_id": "event stream",
+    "sse_bom": "event stream",
+    "redirect_secret": "redirected to http://127.0.0.1:9/v2/elsewhere: set base_url to it",
+    "key_echoed": "HTTP 400 [redacted]: Invalid request.",
     "huge_body": "larger than 8 MiB",
     "huge_chunked": "larger than 8 MiB",
     "deep_json": "nested too deeply",
@@ -212,6 +219,10 @@ def test_odd_but_finished_answers_are_summaries(server, tmp_path, fault, api):
     if fault.startswith("usage_"):  # not a non-negative integer below 2^53: NULL, never 0
         assert run[5:8] == (None, None, None)
         assert (outcome.input_tokens, outcome.output_tokens) == (None, None)
+    if fault == "cache_usage_invalid":  # SPEC 6: Anthropic's prompt is input + both cache
+        # figures; one that is no count leaves it unknown. OpenAI's prompt_tokens holds all.
+        prompt = None if api == "anthropic" else server.usage["input"]
+        assert run[5:8] == (prompt, server.usage["output"], prompt)
     [(summary,)] = {(r[4],) for r in table_dump(path)["sessions"]}
     if fault == "control_chars":  # stored exactly; escaped only where shown to people
         assert "\x1b]52;c;" in summary
@@ -247,6 +258,31 @@ def test_a_bad_key_with_many_due_threads_costs_one_request(server, tmp_path):
     assert len(server.requests) <= 4 and code == 1
     assert sum(o.status == "failed" for o in outcomes) == len(server.requests)
     assert all(o.error.startswith("endpoint unusable") for o in outcomes if o.status == "skipped")
+
+
+def test_a_thread_whose_retry_the_breaker_stops_is_failed_with_its_run(server, tmp_path):
+    """One thread's request gets a 500 and waits to retry; meanwhile another's gets a 401 and
+    opens the breaker. The first made a call: it is `failed` with a run and an audit event,
+    never `skipped` as if it had sent nothing (SPEC 6: every model call is accounted for)."""
+    import asyncio
+
+    async def wait(_: float) -> None:
+        await asyncio.sleep(0.3)  # long enough for the other thread's 401 to come back
+
+    path = volume(tmp_path, threads=2)
+    before = table_dump(path)
+    server.queue("500")
+    server.fault = "401"
+    run = replace(request(server, concurrency=2), retry=RetryPolicy(attempts=3, sleep=wait))
+    outcomes, code = compact([str(path)], run)
+    assert code == 1 and len(server.requests) == 2
+    assert sorted(o.status for o in outcomes) == ["failed", "failed"]
+    [retried] = [o for o in outcomes if "HTTP 500" in o.error]
+    assert "not retried: endpoint unusable: HTTP 401" in retried.error
+    after = table_dump(path)
+    new_runs = after["runs"][len(before["runs"]) :]
+    assert sorted(r[8] for r in new_runs) == sorted(o.error for o in outcomes)
+    assert len(after["audit"]) == len(before["audit"]) + 2
 
 
 def test_connection_refused_and_dns_failure_stop_the_run(tmp_path, monkeypatch):

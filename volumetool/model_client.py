@@ -149,6 +149,16 @@ class ModelError(Exception):
         self.attempts = 1
         super().__init__(reason)
 
+    def hide(self, secret: str) -> None:
+        """Takes the key out of all the server chose to say: an error's type or code, a request
+        id and a redirect's target can echo it as well as its message."""
+        if secret:
+            self.reason = self.reason.replace(secret, "[redacted]")
+            if self.error_type:
+                self.error_type = self.error_type.replace(secret, "[redacted]")
+            if self.request_id:
+                self.request_id = self.request_id.replace(secret, "[redacted]")
+
     def __str__(self) -> str:
         context = [c for c in (self.where, self.request_id and f"request {self.request_id}") if c]
         text = self.reason + (f" ({', '.join(context)})" if context else "")
@@ -288,6 +298,13 @@ def error_details(data: bytes) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _event_stream(data: bytes) -> bool:
+    """Whether a body is an event stream: its first non-blank line, after the byte order mark a
+    stream may begin with, is a field (data, event, id, retry) or a comment."""
+    head = data.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip()
+    return head.startswith((b"data:", b"event:", b"id:", b"retry:", b":"))
+
+
 def _kind(error: dict) -> str | None:
     """The error's code when it is a word (OpenAI: invalid_api_key), else its type; numeric
     codes (vLLM, OpenRouter, LiteLLM's "400") and LiteLLM's "None" say nothing the status
@@ -389,6 +406,7 @@ class ModelClient:
             try:
                 return await self._attempt(system, user)
             except ModelError as exc:
+                exc.hide(self.endpoint.api_key)
                 exc.attempts = attempt
                 if exc.retryable and (exc.retry_after or 0) > self.retry.max_retry_wait:
                     exc.reason = (
@@ -400,7 +418,11 @@ class ModelClient:
                     if exc.endpoint_wide:
                         self.breaker.trip(exc.reason)
                     raise
-                await self.retry.sleep(self.retry.delay(attempt, exc.retry_after))
+                if self.breaker.reason is None:
+                    await self.retry.sleep(self.retry.delay(attempt, exc.retry_after))
+                if self.breaker.reason is not None:  # found meanwhile by another request
+                    exc.reason += f"; not retried: endpoint unusable: {self.breaker.reason}"
+                    raise
                 attempt += 1
 
     async def _attempt(self, system: str, user: str) -> Completion:
@@ -472,7 +494,10 @@ class ModelClient:
         status = response.status_code
         if 300 <= status < 400:
             location = response.headers.get("location", "")
-            target = str(response.url.join(location)) if location else "another URL"
+            target = "another URL"
+            if location:  # where it points, without the credentials or query it may carry
+                moved = response.url.join(location)
+                target = str(moved.copy_with(userinfo=b"", query=None, fragment=None))
             raise ModelError(
                 f"endpoint redirected to {target}: set base_url to it",
                 status=status,
@@ -483,9 +508,7 @@ class ModelClient:
             message, kind = error_details(data)
             raise self._error(status, message, kind, request_id, response.headers)
         content_type = response.headers.get("content-type", "")
-        if "text/event-stream" in content_type or data.lstrip().startswith(
-            (b"data:", b"event:", b":")
-        ):
+        if "text/event-stream" in content_type or _event_stream(data):
             raise ModelError(
                 "the endpoint answered with an event stream; volumetool needs a plain JSON "
                 "response (is a proxy forcing stream: true?)",
@@ -593,10 +616,12 @@ def _anthropic(payload: dict, request_id: str | None) -> Completion:
     if isinstance(raw_usage, dict):
         call = Usage.of_call(raw_usage.get("input_tokens"), raw_usage.get("output_tokens"))
         prompt = call.input_tokens
-        if prompt is not None:
-            # The prompt's real size: cached and cache-creating tokens are input too.
-            for name in ("cache_creation_input_tokens", "cache_read_input_tokens"):
-                prompt += Usage.of_call(raw_usage.get(name), None).input_tokens or 0
+        # The prompt's real size: cached and cache-creating tokens are input too. A figure
+        # that is absent is none; one that is not a count leaves the size unknown.
+        for name in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+            if prompt is not None and raw_usage.get(name) is not None:
+                cached = Usage.of_call(raw_usage[name], None).input_tokens
+                prompt = None if cached is None else prompt + cached
         usage = Usage.of_call(prompt, call.output_tokens)
     blocks = payload.get("content")
     if not isinstance(blocks, list):

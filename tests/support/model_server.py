@@ -223,6 +223,14 @@ HTTP_ERRORS: dict[str, tuple[int, dict, dict, dict]] = {
         _anthropic_error("api_error", "Internal server error"),
         {"x-should-retry": "false"},
     ),
+    # A server that echoes the key where no message is: as the error's type and code, and in
+    # its request id.
+    "key_echoed": (
+        400,
+        _openai_error("Invalid request.", "{key}", "{key}"),
+        _anthropic_error("{key}", "Invalid request."),
+        {"x-request-id": "req_{key}", "request-id": "req_{key}"},
+    ),
 }
 
 # Faults answered with a 200 whose body is a (more or less) well-formed completion.
@@ -249,6 +257,7 @@ COMPLETION_FAULTS = (
     "usage_string",
     "error_in_200",
     "malformed_shape",
+    "cache_usage_invalid",
 )
 # Faults of the transport or the body's encoding.
 RAW_FAULTS = (
@@ -258,6 +267,9 @@ RAW_FAULTS = (
     "gzip_garbage",
     "event_stream",
     "sse_mislabelled",
+    "sse_id",
+    "sse_bom",
+    "redirect_secret",
     "huge_body",
     "huge_chunked",
     "deep_json",
@@ -275,11 +287,18 @@ ACCEPTED = (
     "usage_negative",
     "usage_float",
     "usage_string",
+    "cache_usage_invalid",
     "control_chars",
 )
 FAULTS = tuple(HTTP_ERRORS) + COMPLETION_FAULTS + RAW_FAULTS
 # The summary of the control_chars fault: a clipboard write, a screen clear, a newline, a bell.
 CONTROL_SUMMARY = "Summary \x1b]52;c;cHduZWQ=\x07 with\nlines \x1b[2J and a bell\x07."
+
+
+def _key(handler: BaseHTTPRequestHandler) -> str:
+    """The key a request carries, as a server that echoes it would read it."""
+    key = handler.headers.get("authorization") or handler.headers.get("x-api-key") or ""
+    return key.removeprefix("Bearer ")
 
 
 class _Server(ThreadingHTTPServer):
@@ -397,12 +416,14 @@ class ModelServer:
             return
         if fault in HTTP_ERRORS:
             status, openai_body, anthropic_body, headers = HTTP_ERRORS[fault]
-            key = handler.headers.get("authorization") or handler.headers.get("x-api-key") or ""
             # Real servers echo part of a bad key; the client must not pass it on.
             text = json.dumps(anthropic_body if anthropic else openai_body).replace(
-                "{key}", key.removeprefix("Bearer ")
+                "{key}", _key(handler)
             )
-            headers = {k: v.replace("{retry_after}", self.retry_after) for k, v in headers.items()}
+            headers = {
+                k: v.replace("{retry_after}", self.retry_after).replace("{key}", _key(handler))
+                for k, v in headers.items()
+            }
             self._send_raw(handler, Reply(status, raw=text.encode(), headers=headers))
             return
         text = self.answer(body) if self.answer else self.summary
@@ -473,6 +494,8 @@ class ModelServer:
             return {"error": {"code": 502, "message": "Provider returned error"}}
         elif fault == "malformed_shape":
             return {"id": "x", "object": "nothing here"}
+        elif fault == "cache_usage_invalid":  # prompt_tokens counts the cached ones already
+            usage["prompt_tokens_details"] = {"cached_tokens": "900"}
         self._odd_usage(usage, fault, "prompt_tokens", "completion_tokens")
         return self._usage(reply)
 
@@ -526,6 +549,8 @@ class ModelServer:
             return {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
         elif fault == "malformed_shape":
             return {"id": "x", "object": "nothing here"}
+        elif fault == "cache_usage_invalid":  # the prompt's size is unknown, not input_tokens
+            usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"] = "900", -3
         self._odd_usage(usage, fault, "input_tokens", "output_tokens")
         return self._usage(reply)
 
@@ -568,6 +593,14 @@ class ModelServer:
                 content_type="text/event-stream",
             ),
             "sse_mislabelled": Reply(200, raw=b'data: {"choices":[]}\n\ndata: [DONE]\n\n'),
+            # Event streams may begin with an id or retry field, or with a byte order mark.
+            "sse_id": Reply(200, raw=b'id: 1\nevent: message\ndata: {"choices":[]}\n\n'),
+            "sse_bom": Reply(200, raw=b'\xef\xbb\xbfdata: {"choices":[]}\n\n'),
+            "redirect_secret": Reply(
+                307,
+                raw=b"",
+                headers={"location": "http://user:pw@127.0.0.1:9/v2/elsewhere?api_key={key}#top"},
+            ),
             "deep_json": Reply(200, raw=b"[" * 200_000 + b"]" * 200_000),
             "not_json": Reply(200, raw=b"OK", content_type="text/plain"),
             "json_not_object": Reply(200, raw=b'"a string"'),
@@ -580,7 +613,9 @@ class ModelServer:
                 content_type="text/html",
             ),
         }
-        self._send_raw(handler, replies[fault])
+        reply = replies[fault]
+        reply.headers = {k: v.replace("{key}", _key(handler)) for k, v in reply.headers.items()}
+        self._send_raw(handler, reply)
 
     def _huge(self, handler, chunked: bool) -> None:
         """A 9 MiB body, streamed: the client must stop reading at its limit."""
