@@ -95,6 +95,43 @@ def test_prune_keeps_runs_and_audit_events_detached_so_token_totals_do_not_chang
     assert query(path, "SELECT count(*) FROM runs WHERE session_id IS NULL")[0][0] > 0
 
 
+@pytest.mark.parametrize(
+    "deletion",
+    [
+        ("prune", "--archived-before", "2026-11-01"),
+        ("erase", "--key", "k1:archived", "--yes"),
+        ("erase", "--key", "k3:archived", "--yes"),
+    ],
+)
+def test_prune_and_erase_keep_what_the_deleted_compactions_saved_in_the_status_total(
+    tmp_path, run_cli, deletion
+):
+    """SPEC 11: token totals stay right. A deleted thread's `compactions` rows go with it; the
+    total of what standing compactions saved (SPEC 10: tokens.compaction_saved) does not."""
+    path = old_and_new(tmp_path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE compactions SET saved_tokens = 100 * run_id")
+        conn.execute(
+            "UPDATE compactions SET undone_at = 't' WHERE run_id = ?",
+            (conn.execute("SELECT max(run_id) FROM compactions").fetchone()[0],),
+        )
+    conn.close()
+    [(standing,)] = query(path, "SELECT sum(saved_tokens) FROM compactions WHERE undone_at IS NULL")
+    before = json.loads(run_cli("status", path, "--json").stdout)["tokens"]
+    assert before["compaction_saved"] == standing
+    result = run_cli(*deletion[:1], path, *deletion[1:], "--json")
+    assert result.exit_code == 0, result
+    assert json.loads(result.stdout)["compaction_saved"] > 0
+    after = json.loads(run_cli("status", path, "--json").stdout)["tokens"]
+    assert after == before
+    # the deleted rows are gone: the event is what keeps their savings
+    [(left,)] = query(
+        path, "SELECT coalesce(sum(saved_tokens), 0) FROM compactions WHERE undone_at IS NULL"
+    )
+    assert left < standing
+
+
 def test_prune_writes_one_thread_event_with_the_counts(tmp_path, run_cli):
     path = old_and_new(tmp_path)
     result = run_cli("prune", path, "--archived-before", "2026-11-01", "--json")
@@ -391,6 +428,7 @@ def test_erase_deletes_every_thread_under_the_key_and_detaches_their_runs(tmp_pa
         "kept_summaries": 1,
         "runs_detached": 1,
         "audit_detached": 1,
+        "compaction_saved": 0,  # its compactions row holds no estimate (the event's 9 is not it)
         "memories": 1,
     }
     agent.conn.close()

@@ -4,7 +4,9 @@
 Both delete whole threads — the sessions row, its messages, its summary and the summaries its
 compactions kept — in one write transaction with their audit event, so a volume holds the old
 rows or the new ones, never a mix. Runs stay, detached from the thread (session_id NULL), so
-that the tokens the volume spent keep adding up; audit events stay too, detached. What they
+that the tokens the volume spent keep adding up, and the event keeps what the threads'
+compactions saved (`compaction_saved`), which `status` adds to the savings still on file;
+audit events stay too, detached. What they
 held of the conversation's words (a failure's missing facts, a tool's arguments) goes with
 the thread; their figures and what happened stay. Deletion
 runs with `secure_delete`, so the rows' bytes are overwritten where they stood. Their copies
@@ -47,6 +49,9 @@ class Deletion:
     kept_summaries: int  # summaries earlier compactions kept (`compactions` rows)
     runs_detached: int
     audit_detached: int
+    # What the threads' standing compactions saved (their `compactions` rows go with them):
+    # the event keeps it, so that `status`'s tokens.compaction_saved does not change.
+    compaction_saved: int
     memories: int = 0
 
     def counts(self) -> dict[str, int]:
@@ -66,7 +71,9 @@ _COUNTS = f"""SELECT
      AND summary IS NOT NULL),
   (SELECT count(*) FROM compactions WHERE session_id IN (SELECT id FROM {_DOOMED})),
   (SELECT count(*) FROM runs WHERE session_id IN (SELECT id FROM {_DOOMED})),
-  (SELECT count(*) FROM audit WHERE session_id IN (SELECT id FROM {_DOOMED}))"""
+  (SELECT count(*) FROM audit WHERE session_id IN (SELECT id FROM {_DOOMED})),
+  (SELECT coalesce(sum(saved_tokens), 0) FROM compactions
+     WHERE session_id IN (SELECT id FROM {_DOOMED}) AND undone_at IS NULL)"""
 
 
 def _choose(conn: sqlite3.Connection, sql: str, params: tuple) -> None:

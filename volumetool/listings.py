@@ -98,6 +98,13 @@ def _json_value(text: str | None) -> object:
         return text
 
 
+# What the compactions of threads prune and erase deleted had saved: their events keep it
+# (volumetool's own events only; the agent's are not its word).
+PRUNED_SAVINGS = """SELECT coalesce(sum(json_extract(detail, '$.compaction_saved')), 0) FROM audit
+ WHERE event IN ('thread', 'erase') AND actor = 'volumetool' AND json_valid(detail)
+   AND json_extract(detail, '$.action') IN ('prune', 'erase')"""
+
+
 def status(volume: Volume) -> dict:
     """The /status totals of a volume (the JSON fields of SPEC section 4)."""
     with volume.snapshot() as conn:
@@ -118,7 +125,9 @@ def status(volume: Volume) -> dict:
             " sum(CASE WHEN trigger = 'compaction' THEN input_tokens END),"
             " sum(CASE WHEN trigger = 'compaction' THEN output_tokens END) FROM runs"
         ).fetchone()
-        saved = scalar("SELECT sum(saved_tokens) FROM compactions WHERE undone_at IS NULL")
+        saved = scalar(
+            "SELECT coalesce(sum(saved_tokens), 0) FROM compactions WHERE undone_at IS NULL"
+        ) + scalar(PRUNED_SAVINGS)
         by_event = dict(
             conn.execute("SELECT event, count(*) FROM audit GROUP BY event ORDER BY event")
         )
@@ -148,7 +157,7 @@ def status(volume: Volume) -> dict:
             "output": tokens[1] or 0,
             "compaction_input": tokens[2] or 0,
             "compaction_output": tokens[3] or 0,
-            "compaction_saved": saved or 0,
+            "compaction_saved": saved,
         },
         "memories": memories,
         "audit": {"total": sum(by_event.values()), "by_event": by_event},
