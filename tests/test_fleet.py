@@ -345,6 +345,17 @@ def test_prometheus_label_values_are_escaped(tmp_path, run_cli):
     ]
 
 
+def test_prometheus_label_values_keep_the_agent_name_exact_off_a_terminal(tmp_path, run_cli):
+    # SPEC 4: machine formats keep text exact. Written through click.echo, an escape sequence
+    # in a name was stripped off a pipe (the README's cron line), so the label changed.
+    name = "bot \x1b[31mred\x1b[0m \x1b]0;title\x07"
+    create_volume(tmp_path / "agent.db", name)
+    result = run_cli("status", tmp_path, "--prometheus")
+    assert result.exit_code == 0, result
+    [(_, labels)] = [k for k in samples(result.stdout) if k[0] == "volumetool_volume_up"]
+    assert dict(labels)["agent"] == name
+
+
 def test_prometheus_without_config_leaves_due_out_and_excludes_listing_formats(fleet, run_cli):
     text = run_cli("status", fleet[0]["path"], "--prometheus").stdout
     assert "volumetool_due_threads" not in text

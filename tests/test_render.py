@@ -232,6 +232,63 @@ def test_a_dry_run_plan_escapes_keys_from_the_volume(run_cli_factory, hostile, t
     assert lines[1][1].startswith("mem ") and not RAW_CONTROL.search(lines[1][1]), lines
 
 
+# Paths and keys the user gives (or a shell glob finds) reach the commands' own messages:
+# SPEC 4 escapes them there too. (NUL cannot be in a path or an argument.)
+NAMEABLE = {name: bad for name, bad in DANGEROUS.items() if "\x00" not in bad}
+
+
+@pytest.mark.parametrize("bad", list(NAMEABLE.values()), ids=list(NAMEABLE))
+def test_messages_that_name_a_path_or_a_key_escape_it(run_cli_factory, tmp_path, bad):
+    path = tmp_path / f"vol {bad}.db"
+    outputs = [run_cli_factory("init", path)]
+    outputs.append(run_cli_factory("backup", path, tmp_path / f"copy {bad}.db"))
+    outputs.append(run_cli_factory("migrate", path))
+    outputs.append(run_cli_factory("migrate", path, tmp_path / "missing.db"))  # one line each
+    conn = sqlite3.connect(path)  # the agent's thread under a hostile key
+    with conn:
+        conn.execute(
+            "INSERT INTO sessions (conversation_key, channel, status, created_at, updated_at)"
+            " VALUES (?, 'cli', 'active', 't', 't')",
+            (f"key {bad}",),
+        )
+    conn.close()
+    outputs.append(run_cli_factory("thread", "new", path, f"key {bad}"))
+    outputs.append(run_cli_factory("check", path))
+    for result in outputs:
+        assert result.exit_code in (0, 2), result
+        for stream in (result.stdout, result.stderr):
+            assert not RAW_CONTROL.search(stream), repr(stream)
+    assert "up to date" in outputs[2].stdout and len(outputs[2].stdout.splitlines()) == 1
+    assert outputs[4].stderr.count("\n") == 1  # one message line, its key escaped
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--json", "--csv"], "--json and --csv"),
+        (["--nl", "--json"], "--json and --nl"),
+        (["--tsv", "--fmt", "grid"], "--tsv and --fmt"),
+        (["--table", "--json", "--nl"], "--table, --json and --nl"),
+    ],
+)
+@pytest.mark.parametrize("command", [["sessions", "{v}"], ["runs", "{v}"], ["search", "{v}", "x"]])
+def test_two_listing_formats_exclude_each_other(run_cli_factory, tmp_path, command, flags, named):
+    # SPEC 4 names one format per listing; the last flag winning silently would hand a script
+    # CSV where it asked for JSON.
+    path = hostile_volume(tmp_path, "plain")
+    result = run_cli_factory(*_command(command, path, ""), *flags)
+    assert result.exit_code == 2, result
+    assert f"{named} exclude each other" in result.stderr and result.stdout == ""
+    fine = run_cli_factory(*_command(command, path, ""), "--table", "--fmt", "grid")
+    assert fine.exit_code == 0, fine
+
+
+def test_compact_json_and_nl_exclude_each_other(run_cli_factory, tmp_path):
+    result = run_cli_factory("compact", tmp_path / "v.db", "--dry-run", "--json", "--nl")
+    assert result.exit_code == 2, result
+    assert "--json and --nl exclude each other" in result.stderr
+
+
 # -- never a partial document ----------------------------------------------------------------
 
 

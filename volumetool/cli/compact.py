@@ -12,6 +12,7 @@ from volumetool.cli.options import (
     Finite,
     Seconds,
     busy_timeout_option,
+    say,
     shard_option,
     shard_volumes,
     volumes_argument,
@@ -108,8 +109,8 @@ def tuning_options(f):
 @shard_option
 @wait_option
 @busy_timeout_option
-@click.option("--json", "output", flag_value="json", help="Results as one JSON array.")
-@click.option("--nl", "output", flag_value="nl", help="Results as JSON, one object a line.")
+@click.option("--json", "as_json", is_flag=True, help="Results as one JSON array.")
+@click.option("--nl", "as_nl", is_flag=True, help="Results as JSON, one object a line.")
 def compact(
     volumes,
     config_file,
@@ -126,7 +127,8 @@ def compact(
     shard,
     wait,
     busy_timeout,
-    output,
+    as_json,
+    as_nl,
     **tuning,
 ) -> None:
     """Compact threads: fold every live turn but the last two into a summary written by
@@ -147,6 +149,9 @@ def compact(
       volumetool compact /srv/agents/*/ --config agent.yaml --shard 0/4 \\
           --metrics-file /var/lib/node_exporter/textfile/volumetool-compact-0.prom
     """
+    if as_json and as_nl:
+        raise click.UsageError("--json and --nl exclude each other")
+    output = "json" if as_json else "nl" if as_nl else None
     from volumetool.compaction.run import OUTCOME_FIELDS, Request
     from volumetool.compaction.run import compact as run
     from volumetool.config import load_config
@@ -211,7 +216,7 @@ def compact(
     for outcome in outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    click.echo(f"volumetool: {summary or 'nothing due'}", err=True)
+    say(summary or "nothing due")
     sys.exit(_record(metrics, outcomes, time.monotonic() - started, code, shard))
 
 

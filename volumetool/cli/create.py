@@ -6,7 +6,7 @@ import time
 
 import click
 
-from volumetool.cli.options import volume_argument
+from volumetool.cli.options import say, volume_argument
 
 
 @click.command(short_help="Create a new, empty agent file.")
@@ -27,7 +27,7 @@ def init(volume: str, name: str) -> None:
     from volumetool.volume import resolve_new
 
     path = create_volume(resolve_new(volume), name)
-    click.echo(f"volumetool: created {path}", err=True)
+    say(f"created {path}")
 
 
 @click.command(short_help="Write a realistic sample volume.")
@@ -78,9 +78,8 @@ def demo(volume: str, sessions: int, seed: int, name: str, config_out: str | Non
     started = time.monotonic()
     counts = demo_volume.build(path, sessions, seed, name, config_path)
     took = time.monotonic() - started
-    click.echo(
-        f"volumetool: wrote {path}: {counts.sessions:,} threads, {counts.messages:,} messages, "
+    say(
+        f"wrote {path}: {counts.sessions:,} threads, {counts.messages:,} messages, "
         f"{counts.runs:,} runs, {counts.audit:,} audit events, {counts.memories:,} memories "
-        f"in {took:.1f}s" + (f"; config {config_path}" if config_path else ""),
-        err=True,
+        f"in {took:.1f}s" + (f"; config {config_path}" if config_path else "")
     )

@@ -14,9 +14,11 @@ from volumetool.cli.options import (
     ROW_ID,
     busy_timeout_option,
     emit,
+    format_given,
     note_cut,
     output_options,
     parse_since,
+    say,
     shard_option,
     shard_volumes,
     since_option,
@@ -69,8 +71,8 @@ def status(volumes, config_file, prometheus, shard, output, tablefmt, limit, bus
         from volumetool.config import load_config
 
         memory = load_config(config_file).memory
-    listing_asked = tablefmt is not None or (_given("output") and output != "json")
-    if prometheus and (tablefmt is not None or _given("output")):
+    listing_asked = tablefmt is not None or (format_given() and output != "json")
+    if prometheus and (tablefmt is not None or format_given()):
         raise click.UsageError(
             "--prometheus and --table/--json/--nl/--csv/--tsv/--fmt exclude each other"
         )
@@ -162,17 +164,15 @@ def _status_of_many(selected, memory, prometheus, output, tablefmt, limit, busy_
         from volumetool.metrics import status_metrics
 
         read.extend(statuses)
-        click.echo(status_metrics(read), nl=False)
+        sys.stdout.write(status_metrics(read))  # exact: click.echo strips escapes off a pipe
     else:
         emit(rows(), fleet.ROW_FIELDS, output, tablefmt, limit, "volumes")
     failed = [v for v in read if v.error]
     if failed:
-        from volumetool.render import escape_control
-
         if prometheus:  # the text cannot say why: stderr does
             for volume in failed:
-                click.echo(escape_control(f"volumetool: {volume.path}: {volume.error}"), err=True)
-        click.echo(f"volumetool: {len(failed)} of {len(read)} volume(s) not read", err=True)
+                say(f"{volume.path}: {volume.error}")
+        say(f"{len(failed)} of {len(read)} volume(s) not read")
     sys.exit(worst_exit_code(v.exit_code for v in read))
 
 
@@ -326,7 +326,7 @@ def _given(parameter: str) -> bool:
 def _conversation_format(view: str | None, output: str, tablefmt: str | None) -> str | None:
     """text or markdown, or None for a listing format: --format when given; else text on a
     terminal unless a listing format was asked for."""
-    listing_asked = tablefmt is not None or _given("output")
+    listing_asked = tablefmt is not None or format_given()
     if view is not None and listing_asked:
         raise click.UsageError(
             "--format and --table/--json/--nl/--csv/--tsv/--fmt exclude each other"

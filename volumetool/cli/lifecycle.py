@@ -14,17 +14,12 @@ from volumetool.cli.options import (
     emit,
     output_options,
     parse_since,
+    say,
     since_option,
     utf8_text,
     volume_argument,
     wait_option,
 )
-
-
-def _say(message: str) -> None:
-    from volumetool.render import escape_control
-
-    click.echo(f"volumetool: {escape_control(message)}", err=True)
 
 
 @click.command(short_help="Full-text search of messages, summaries and memories.")
@@ -105,7 +100,7 @@ def search(
         parse_since(since),
         limit or None,
     )
-    rows = run(volume, request, busy_timeout=busy_timeout, write_index=not read_only, say=_say)
+    rows = run(volume, request, busy_timeout=busy_timeout, write_index=not read_only, say=say)
     emit(rows, SEARCH_FIELDS, output, tablefmt, limit, "results")
 
 
@@ -172,7 +167,7 @@ def prune(volume, before, dry_run, vacuum, as_json, wait, busy_timeout) -> None:
             )
         )
     verb = "would prune" if dry_run else "pruned"
-    _say(_deletion_line(verb, f"archived thread(s) last updated before {before}", done) + extra)
+    say(_deletion_line(verb, f"archived thread(s) last updated before {before}", done) + extra)
 
 
 @click.command(short_help="Erase every thread under a key: the right to be forgotten.")
@@ -237,4 +232,4 @@ def erase(volume, key, memories_prefix, dry_run, yes, as_json, wait, busy_timeou
         click.echo(json.dumps(document | done.counts(), indent=2, ensure_ascii=False))
     verb = "would erase" if dry_run else "erased"
     line = _deletion_line(verb, threads, done, memories(done))
-    _say(line + ("" if dry_run else "; the file is scrubbed"))
+    say(line + ("" if dry_run else "; the file is scrubbed"))

@@ -11,8 +11,10 @@ from volumetool.cli.options import (
     busy_timeout_option,
     emit,
     output_options,
+    say,
     shard_option,
     shard_volumes,
+    show,
     volume_argument,
     volumes_argument,
     wait_option,
@@ -68,7 +70,7 @@ def migrate(
             if list_:
                 with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
                     if many:
-                        click.echo(f"{path}:")
+                        show(f"{path}:")
                     emit(migration_rows(vol.schema), MIGRATION_FIELDS, output, tablefmt, limit)
                 continue
             result = _migrate_one(path, check_ or dry_run, not no_backup, wait, busy_timeout)
@@ -81,9 +83,7 @@ def migrate(
         codes.append(1 if outcome == "pending" and check_ else 0)
         summary[outcome] = summary.get(outcome, 0) + 1
     if not list_ and many and volumes:
-        click.echo(
-            "volumetool: " + ", ".join(f"{n} {k}" for k, n in sorted(summary.items())), err=True
-        )
+        say(", ".join(f"{n} {k}" for k, n in sorted(summary.items())))
     sys.exit(worst_exit_code(codes))
 
 
@@ -105,18 +105,18 @@ def _report(result, check_: bool, dry_run: bool, no_backup: bool) -> str:
     """One volume's result on stdout; its outcome for the summary."""
     path, pending = result.path, ", ".join(result.pending)
     if not result.pending:
-        click.echo(f"{path}: up to date")
+        show(f"{path}: up to date")
         return "up to date"
     if check_:
-        click.echo(f"{path}: {len(result.pending)} pending: {pending}")
+        show(f"{path}: {len(result.pending)} pending: {pending}")
         return "pending"
     if dry_run:
         first = "backup, then " if not no_backup else ""
-        click.echo(f"{path}: would apply ({first}one transaction each): {pending}")
+        show(f"{path}: would apply ({first}one transaction each): {pending}")
         return "pending"
     if result.backup:
-        click.echo(f"{path}: backup {result.backup}")
-    click.echo(f"{path}: applied {', '.join(result.applied)}")
+        show(f"{path}: backup {result.backup}")
+    show(f"{path}: applied {', '.join(result.applied)}")
     return "migrated"
 
 
@@ -153,7 +153,7 @@ def backup(volume, dest, busy_timeout) -> None:
             where = f"stdout ({size:,} bytes)"
         else:
             where = str(run(vol, path))
-    click.echo(f"volumetool: backed up {vol.path} to {where}", err=True)
+    say(f"backed up {vol.path} to {where}")
 
 
 @click.command(short_help="Check integrity and consistency.")
@@ -180,7 +180,6 @@ def check(volumes, as_json, shard, busy_timeout) -> None:
     from volumetool.check import check_volume
     from volumetool.cli import show_error
     from volumetool.errors import VolumetoolError, worst_exit_code
-    from volumetool.render import escape_control
 
     one = len(volumes) == 1 and shard is None
     found_all: list[dict] = []
@@ -199,9 +198,9 @@ def check(volumes, as_json, shard, busy_timeout) -> None:
             found_all.extend({**where, **p.as_dict()} for p in found)
         else:
             for problem in found:
-                click.echo(escape_control(f"{path}: {problem.line()}"))
+                show(f"{path}: {problem.line()}")
         verdict = f"{len(found)} problem(s)" if found else "ok"
-        click.echo(f"volumetool: {escape_control(str(path))}: {verdict}", err=True)
+        say(f"{path}: {verdict}")
         codes.append(1 if found else 0)
     if as_json:
         from volumetool.render import render_document

@@ -12,6 +12,7 @@ from volumetool.cli.options import (
     busy_timeout_option,
     emit,
     output_options,
+    say,
     volume_argument,
 )
 
@@ -161,11 +162,7 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
             replaceable_mode(target, EXPORT_STARTS, "memories export")
             with staged_file(target, mode=0o600, replace=True) as tmp, open(tmp, "wb") as out:
                 count = write_export(conn, out, fmt, name)
-    click.echo(
-        f"volumetool: exported {count:,} memories"
-        + (f" to {output_path}" if output_path != "-" else ""),
-        err=True,
-    )
+    say(f"exported {count:,} memories" + (f" to {output_path}" if output_path != "-" else ""))
 
 
 @memories.command(name="import", short_help="Import memories, all or nothing.")
@@ -231,4 +228,4 @@ def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
             with vol.write() as conn:
                 plan = apply_import(conn, on_conflict, prune)
     prefix = "would import" if dry_run else "imported"
-    click.echo(f"volumetool: {prefix} {file}: {plan.summary()}", err=True)
+    say(f"{prefix} {file}: {plan.summary()}")

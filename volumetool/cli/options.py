@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -149,7 +150,7 @@ def shard_volumes(volumes: Sequence[str], shard) -> list[str]:
     selected = select(volumes, shard)
     note = note_empty(volumes, shard, selected)
     if note:
-        click.echo(f"volumetool: {note}", err=True)
+        say(note)
     return selected
 
 
@@ -183,9 +184,27 @@ def utf8_text(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return value
 
 
+def say(message: str) -> None:
+    """A note for people on stderr, `volumetool: …`. Paths, keys and names in it come from the
+    user, the file system or a volume: control characters are escaped (SPEC 4)."""
+    from volumetool.render import escape_control
+
+    click.echo(f"volumetool: {escape_control(message)}", err=True)
+
+
+def show(line: str) -> None:
+    """A line of a report for people on stdout, control characters escaped (SPEC 4)."""
+    from volumetool.render import escape_control
+
+    click.echo(escape_control(line))
+
+
 def ask(question: str) -> None:
     """Ask on stderr whether to go on; stop (click.Abort, exit 1) unless the answer is yes.
     No answer is no: stdin at its end, or closed (a job started with no stdin at all)."""
+    from volumetool.render import escape_control
+
+    question = escape_control(question)  # it names a key or a path
     if sys.stdin is None or sys.stdin.closed or getattr(sys.stdin, "name", None) == os.devnull:
         click.echo(f"{question} [y/N]: no answer (stdin is closed)", err=True)
         raise click.Abort
@@ -212,17 +231,39 @@ def parse_since(value: str | None, option: str = "--since") -> str | None:
         raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
 
 
+# The listing formats (SPEC 4), each a flag of its own: two of them exclude each other.
+FORMAT_FLAGS = {
+    "table": "A table (the default).",
+    "json": "One JSON array.",
+    "nl": "Newline-delimited JSON.",
+    "csv": "CSV with a header row.",
+    "tsv": "TSV with a header row.",
+}
+
+
 def output_options(f: Callable) -> Callable:
-    """--table/--json/--nl/--csv/--tsv/--fmt and -n/--limit, for every listing."""
+    """--table/--json/--nl/--csv/--tsv/--fmt and -n/--limit, for every listing. The command
+    gets `output`, the format flag given (table when none is); two of them, or --fmt with any
+    but --table, are a usage error. `format_given()` tells whether a flag was given."""
+
+    @functools.wraps(f)
+    def command(*args, **kwargs):
+        chosen = [name for name in FORMAT_FLAGS if kwargs.pop(f"format_{name}")]
+        given = [f"--{name}" for name in chosen]
+        if kwargs.get("tablefmt") is not None and chosen != ["table"]:
+            given.append("--fmt")
+        if len(given) > 1:
+            raise click.UsageError(f"{', '.join(given[:-1])} and {given[-1]} exclude each other")
+        click.get_current_context().meta[_FORMAT_GIVEN] = bool(chosen)
+        return f(*args, output=chosen[0] if chosen else "table", **kwargs)
+
+    flags = [
+        click.option(f"--{name}", f"format_{name}", is_flag=True, help=text)
+        for name, text in FORMAT_FLAGS.items()
+    ]
     for decorator in reversed(
         [
-            click.option(
-                "--table", "output", flag_value="table", default=True, help="A table (the default)."
-            ),
-            click.option("--json", "output", flag_value="json", help="One JSON array."),
-            click.option("--nl", "output", flag_value="nl", help="Newline-delimited JSON."),
-            click.option("--csv", "output", flag_value="csv", help="CSV with a header row."),
-            click.option("--tsv", "output", flag_value="tsv", help="TSV with a header row."),
+            *flags,
             click.option(
                 "--fmt",
                 "tablefmt",
@@ -240,8 +281,16 @@ def output_options(f: Callable) -> Callable:
             ),
         ]
     ):
-        f = decorator(f)
-    return f
+        command = decorator(command)
+    return command
+
+
+_FORMAT_GIVEN = "volumetool.format_given"
+
+
+def format_given() -> bool:
+    """Whether the command line named a listing format (--table/--json/--nl/--csv/--tsv)."""
+    return bool(click.get_current_context().meta.get(_FORMAT_GIVEN))
 
 
 def output_format(output: str, tablefmt: str | None) -> OutputFormat:
@@ -275,4 +324,4 @@ def emit(
 
 def note_cut(limit: int, what: str) -> None:
     """The note on stderr when -n cut a listing."""
-    click.echo(f"volumetool: showing the first {limit} {what}; -n 0 shows all", err=True)
+    say(f"showing the first {limit} {what}; -n 0 shows all")

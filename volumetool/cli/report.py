@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from volumetool.cli.options import busy_timeout_option, volumes_argument
+from volumetool.cli.options import busy_timeout_option, say, volumes_argument
 
 MAX_DAYS = 366
 
@@ -90,10 +90,9 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
         from volumetool.report.output import write_page
 
         write_page(Path(output_path), document)
-        click.echo(
-            f"volumetool: wrote {output_path}: {len(reports)} volume(s)"
+        say(
+            f"wrote {output_path}: {len(reports)} volume(s)"
             + (f", {len(failures)} not read" if failures else "")
-            + f", {len(document):,} bytes",
-            err=True,
+            + f", {len(document):,} bytes"
         )
     sys.exit(worst_exit_code(f.exit_code for f in failures))

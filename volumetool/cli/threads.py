@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from volumetool.cli.options import AFTER_VOLUME, ask, busy_timeout_option, volume_argument
+from volumetool.cli.options import AFTER_VOLUME, ask, busy_timeout_option, say, volume_argument
 
 
 @click.group(short_help="/new, /reset and undoing a compaction.")
@@ -39,9 +39,7 @@ def new(volume, key, busy_timeout) -> None:
         vol.write() as conn,
     ):
         old, fresh = new_thread(conn, key)
-    click.echo(
-        f"volumetool: archived thread {old}; thread {fresh} is now active under {key}", err=True
-    )
+    say(f"archived thread {old}; thread {fresh} is now active under {key}")
 
 
 def asks_first(f):
@@ -79,9 +77,7 @@ def reset(volume, key, yes, busy_timeout) -> None:
     session, deleted = confirmed_write(
         volume, busy_timeout, yes, question, lambda conn: reset_thread(conn, key)
     )
-    click.echo(
-        f"volumetool: deleted {deleted} message(s) and the summary of thread {session}", err=True
-    )
+    say(f"deleted {deleted} message(s) and the summary of thread {session}")
 
 
 @thread.command()
@@ -114,11 +110,10 @@ def undo(volume, key, yes, busy_timeout) -> None:
         )
 
     done = confirmed_write(volume, busy_timeout, yes, question, lambda conn: reverse(conn, key))
-    click.echo(
-        f"volumetool: undid compaction run {done.run_id} of thread {done.session_id}: "
+    say(
+        f"undid compaction run {done.run_id} of thread {done.session_id}: "
         f"{done.messages} message(s) live again"
-        + (f", the summary of run {done.restored_run_id} back" if done.restored_run_id else ""),
-        err=True,
+        + (f", the summary of run {done.restored_run_id} back" if done.restored_run_id else "")
     )
 
 

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from volumetool.cli.options import say
 from volumetool.render import render_document
 
 
@@ -56,7 +57,6 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, schema) -> None:
     if not paths:
         raise click.UsageError("give at least one PATH (a file, a directory, or - for stdin)")
     from volumetool.config import DEFAULT_MAX_BYTES
-    from volumetool.render import escape_control
     from volumetool.validation import WRITERS, check_paths
 
     if fmt is None:
@@ -67,12 +67,9 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, schema) -> None:
     WRITERS[fmt](report, sys.stdout)
     for result in report.files:
         if result.unreadable:
-            click.echo(
-                escape_control(f"volumetool: {result.file}: cannot read ({result.unreadable})"),
-                err=True,
-            )
+            say(f"{result.file}: cannot read ({result.unreadable})")
     if fmt in ("text", "github"):
-        click.echo(f"volumetool: {report.summary()}", err=True)
+        say(report.summary())
     sys.exit(report.exit_code)
 
 
