@@ -575,6 +575,29 @@ def test_each_command_handles_exactly_its_shard(fleet, tmp_path, run_cli):
         assert sorted(seen) == sorted(paths)
 
 
+def test_report_takes_a_shard_like_every_multi_volume_command(fleet, tmp_path, run_cli):
+    """SPEC 12: --shard on every multi-volume command. Each page holds exactly the volumes
+    of its shard (those `status --shard` lists); a shard with none writes nothing, exit 0."""
+    paths = [v["path"] for v in fleet]
+    for i in range(3):
+        _, rows = status_json(run_cli, *paths, "--shard", f"{i}/3")
+        mine = {row["path"] for row in rows}
+        out = tmp_path / f"shard{i}.html"
+        result = run_cli("report", *paths, "--shard", f"{i}/3", "-o", out)
+        assert result.exit_code == 0, result
+        if not mine:
+            assert not out.exists() and "nothing to do" in result.stderr
+            continue
+        page = out.read_text()
+        assert {p for p in paths if str(p) in page} == mine
+    empty = next(i for i in range(2) if not in_shard(shard_key(paths[0]), Shard(i, 2)))
+    none = run_cli("report", paths[0], "--shard", f"{empty}/2", "-o", tmp_path / "none.html")
+    assert none.exit_code == 0 and "nothing to do" in none.stderr
+    assert not (tmp_path / "none.html").exists()
+    bad = run_cli("report", paths[0], "--shard", "2/2", "-o", tmp_path / "x.html")
+    assert_clean_error(bad, 2, "--shard")
+
+
 def test_compact_with_shards_compacts_each_thread_once(tmp_path, server, run_cli):
     volumes = []
     for n in range(4):

@@ -6,7 +6,13 @@ import sys
 
 import click
 
-from volumetool.cli.options import busy_timeout_option, say, volumes_argument
+from volumetool.cli.options import (
+    busy_timeout_option,
+    say,
+    shard_option,
+    shard_volumes,
+    volumes_argument,
+)
 
 MAX_DAYS = 366
 
@@ -35,8 +41,9 @@ MAX_DAYS = 366
     metavar="N",
     help=f"How many days, up to today (UTC), the charts cover (1-{MAX_DAYS}).",
 )
+@shard_option
 @busy_timeout_option
-def report(volumes, output_path, config_file, days, busy_timeout) -> None:
+def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None:
     """One self-contained HTML page about each VOLUME: tokens per day by trigger, every
     active thread's last input tokens against the threshold (who is about to be compacted),
     compactions over time with their savings and failures, and the largest threads.
@@ -45,7 +52,8 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
     JavaScript, and the page prints on A4. With several volumes a fleet table comes first,
     then a section per volume. A volume that cannot be read is named in the page and on
     stderr and the others are still reported (exit code: the most serious of theirs); when
-    none can be read nothing is written (exit 2).
+    none can be read nothing is written (exit 2). With --shard, only the volumes of that
+    shard; a shard that gets none writes nothing and succeeds.
 
     \b
     Example:
@@ -71,6 +79,9 @@ def report(volumes, output_path, config_file, days, busy_timeout) -> None:
         from volumetool.report.output import page_mode
 
         page_mode(Path(output_path))  # refused before any volume is opened
+    volumes = shard_volumes(volumes, shard)
+    if not volumes:  # SPEC 12: a shard with no volume succeeds with nothing to do
+        return
     now = datetime.now(UTC)
     reports, failures = read_volumes(volumes, settings, window(now.date(), days), busy_timeout)
     for failure in failures:
