@@ -166,6 +166,15 @@ def test_errors_carry_status_type_and_request_id_but_never_the_key(server):
     assert KEY not in repr(Endpoint("openai", "u", "m", KEY))
 
 
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_key_echoed_as_the_error_type_and_the_request_id_is_hidden(server, api):
+    server.fault = "key_echoed"
+    error, _ = run(server, api)
+    assert isinstance(error, ModelError) and error.status == 400
+    assert (error.error_type, error.request_id) == ("[redacted]", "req_[redacted]")
+    assert KEY not in str(error) and str(error).startswith("HTTP 400 [redacted]: Invalid")
+
+
 def test_usage_is_none_when_not_reported(server):
     server.omit_usage = True
     for api in ("openai", "anthropic"):
@@ -789,6 +798,29 @@ def test_the_request_id_is_read_from_either_header():
         error = answer(200, {"content-type": "application/json", **headers}, b"[1]")
         assert isinstance(error, ModelError)
         assert error.request_id == expected
+
+
+@pytest.mark.parametrize(
+    ("cache", "prompt"),
+    [
+        ({}, 10),  # absent: none cached
+        ({"cache_read_input_tokens": None, "cache_creation_input_tokens": None}, 10),
+        ({"cache_read_input_tokens": 900, "cache_creation_input_tokens": 30}, 940),
+        ({"cache_read_input_tokens": "900"}, None),  # not a count: the size is unknown
+        ({"cache_creation_input_tokens": -3}, None),
+        ({"cache_read_input_tokens": 900, "cache_creation_input_tokens": 1.5}, None),
+    ],
+)
+def test_anthropics_prompt_is_its_input_and_both_cache_figures(cache, prompt):
+    # SPEC 6: for Anthropic the prompt size is input_tokens + cache_creation_input_tokens +
+    # cache_read_input_tokens; figures that are not counts are stored as NULL, never as 0.
+    payload = {
+        "content": [{"type": "text", "text": "Summary."}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 5, **cache},
+    }
+    usage = _anthropic(payload, None).usage
+    assert (usage.input_tokens, usage.output_tokens) == (prompt, 5)
 
 
 def test_an_answer_without_a_content_type_is_read_as_json():
