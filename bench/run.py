@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import json
 import math
 import os
 import platform
@@ -544,6 +545,11 @@ def compaction_rows(scale: Scale) -> list[Row]:
             )
             if concurrency == 16:
                 row.met = row.ratio <= 1.2
+                floor = replay_floor(server, due, scale.runs)
+                row.note = (
+                    f"a bare httpx client replaying the same {due} requests: "
+                    f"{floor:.3f}s, {floor / ideal:.2f}x"
+                )
             rows.append(report(row))
         # Every third thread fails (a truncated summary): its error run and audit event are
         # written and the good threads must not wait for them, nor for any back-off.
@@ -563,12 +569,25 @@ def compaction_rows(scale: Scale) -> list[Row]:
             ours,
             f"ideal ceil(N/16) x {scale.latency:g}s",
             float(math.ceil(due / 16) * scale.latency),
+            note=rows[-1].note,
         )
         row.met = row.ratio <= 1.2
         rows.append(report(row))
     for p in CACHE.glob("compact-work.db*"):
         p.unlink()
     return rows
+
+
+def replay_floor(server: ModelServer, due: int, runs: int) -> float:
+    """The median time of `bench.replay` sending the last run's requests again to `server` at
+    concurrency 16: the floor of a Python client on this machine, measured beside the row."""
+    requests = CACHE / "compact-requests.json"
+    requests.write_text(json.dumps(server.requests[-due:]))
+    server.requests.clear()
+    floor = measure([PY, "-m", "bench.replay", server.url, requests, 16], runs)
+    assert len(server.requests) == due * runs, (len(server.requests), due, runs)
+    requests.unlink()
+    return floor.median
 
 
 def fleet_sql(path: str) -> str:
@@ -1227,7 +1246,11 @@ NOTES = """
   baseline does.
 - Compaction is latency-bound: its baseline is the time the model calls alone would take at
   that concurrency, ceil(N / c) x latency. The one-transaction-per-thread writes overlap the
-  next calls, so the gap is process start, planning and the Python work per response.
+  next calls, so the gap is process start, planning and the Python work per response. Beside
+  the concurrency-16 rows, `bench/replay.py` sends the run's requests again with a bare httpx
+  client that does nothing else (no volume, config, planning, fact check or write): its time,
+  in the rows' note, is what any Python client of this server costs on this machine at that
+  moment.
 - The import baseline, `sqlite-utils insert --nl --pk key`, writes rows only; volumetool's
   import also validates every record first and writes one `remember` audit event per key.
 - `migrate` is held against the bare SQL that moves the same transcript elements into the
