@@ -609,3 +609,21 @@ def test_prune_takes_the_conversations_words_out_of_what_stays(tmp_path, run_cli
     ]
     [(detail,)] = query(path, "SELECT detail FROM audit WHERE detail LIKE '%decision%'")
     assert json.loads(detail) == {"tool": "shell", "decision": "allow"}
+
+
+def test_status_reads_a_volume_whose_audit_holds_details_that_are_not_json(tmp_path, run_cli):
+    # The savings kept by prune and erase are read from volumetool's own events; a detail
+    # that is not JSON (the agent wrote it, or a damaged row) counts nothing, fails nothing.
+    path = old_and_new(tmp_path)
+    before = json.loads(run_cli("status", path, "--json").stdout)["tokens"]
+    conn = sqlite3.connect(path)
+    with conn:
+        for event in ("thread", "erase"):
+            conn.execute(
+                "INSERT INTO audit (ts, event, detail, actor) VALUES ('t', ?, ?, 'volumetool')",
+                (event, '{"action": "prune", "compaction_saved": 5'),
+            )
+    conn.close()
+    result = run_cli("status", path, "--json")
+    assert result.exit_code == 0, result
+    assert json.loads(result.stdout)["tokens"] == before

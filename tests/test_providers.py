@@ -267,7 +267,9 @@ def test_a_thread_whose_retry_the_breaker_stops_is_failed_with_its_run(server, t
     import asyncio
 
     async def wait(_: float) -> None:
-        await asyncio.sleep(0.3)  # long enough for the other thread's 401 to come back
+        while len(server.requests) < 2:  # the other thread's request is out...
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # ...and its 401 (answered at once) back
 
     path = volume(tmp_path, threads=2)
     before = table_dump(path)

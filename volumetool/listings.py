@@ -100,9 +100,12 @@ def _json_value(text: str | None) -> object:
 
 # What the compactions of threads prune and erase deleted had saved: their events keep it
 # (volumetool's own events only; the agent's are not its word).
-PRUNED_SAVINGS = """SELECT coalesce(sum(json_extract(detail, '$.compaction_saved')), 0) FROM audit
- WHERE event IN ('thread', 'erase') AND actor = 'volumetool' AND json_valid(detail)
-   AND json_extract(detail, '$.action') IN ('prune', 'erase')"""
+# CASE, not AND: SQLite does not promise to test json_valid before json_extract, which fails
+# on a detail that is not JSON.
+PRUNED_SAVINGS = """SELECT coalesce(sum(CASE WHEN json_valid(detail) THEN
+   CASE WHEN json_extract(detail, '$.action') IN ('prune', 'erase')
+   THEN json_extract(detail, '$.compaction_saved') END END), 0) FROM audit
+ WHERE event IN ('thread', 'erase') AND actor = 'volumetool'"""
 
 
 def status(volume: Volume) -> dict:

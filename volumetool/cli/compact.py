@@ -12,6 +12,7 @@ from volumetool.cli.options import (
     Finite,
     Seconds,
     busy_timeout_option,
+    only_one,
     say,
     shard_option,
     shard_volumes,
@@ -149,8 +150,7 @@ def compact(
       volumetool compact /srv/agents/*/ --config agent.yaml --shard 0/4 \\
           --metrics-file /var/lib/node_exporter/textfile/volumetool-compact-0.prom
     """
-    if as_json and as_nl:
-        raise click.UsageError("--json and --nl exclude each other")
+    only_one([flag for flag, on in (("--json", as_json), ("--nl", as_nl)) if on])
     output = "json" if as_json else "nl" if as_nl else None
     from volumetool.compaction.run import OUTCOME_FIELDS, Request
     from volumetool.compaction.run import compact as run

@@ -252,8 +252,7 @@ def output_options(f: Callable) -> Callable:
         given = [f"--{name}" for name in chosen]
         if kwargs.get("tablefmt") is not None and chosen != ["table"]:
             given.append("--fmt")
-        if len(given) > 1:
-            raise click.UsageError(f"{', '.join(given[:-1])} and {given[-1]} exclude each other")
+        only_one(given)
         click.get_current_context().meta[_FORMAT_GIVEN] = bool(chosen)
         return f(*args, output=chosen[0] if chosen else "table", **kwargs)
 
@@ -286,6 +285,12 @@ def output_options(f: Callable) -> Callable:
 
 
 _FORMAT_GIVEN = "volumetool.format_given"
+
+
+def only_one(given: Sequence[str]) -> None:
+    """A usage error when more than one of these options, which exclude each other, was given."""
+    if len(given) > 1:
+        raise click.UsageError(f"{', '.join(given[:-1])} and {given[-1]} exclude each other")
 
 
 def format_given() -> bool:
