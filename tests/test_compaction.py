@@ -852,3 +852,35 @@ def test_on_a_terminal_the_bar_counts_the_threads_done_before_it(volume):
     shares = re.findall(rb"compacting .*?(\d+)%", shown)
     assert shares and shares[-1] == b"100", shown
     assert b"compacted" in result.stdout and b"compacting" not in result.stdout
+
+
+def test_planning_a_thread_reads_that_thread_only(tmp_path):
+    """What decides whether a thread is due and what it folds is read through the thread's own
+    rows (runs_by_session, messages_by_session), so that a cron pass costs the same per thread
+    however many compactions the file holds: a search by runs_by_trigger reads every
+    compaction run of every thread."""
+    from volumetool.compaction.plan import check_due
+    from volumetool.compaction.store import load_thread, thread_facts
+    from volumetool.settings import MemorySettings
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    sessions = [due_thread(w, f"discord:{n}", turns=3) for n in range(30)]
+    for session in sessions:
+        for status in ("ok", "error", "error"):
+            w.run(session, trigger="compaction", status=status, last_input_tokens=None)
+    statements: list[str] = []
+    w.conn.set_trace_callback(statements.append)
+    facts = thread_facts(w.conn, sessions[3])
+    load_thread(w.conn, sessions[3])
+    w.conn.set_trace_callback(None)
+    assert facts.failures == 2 and check_due(MemorySettings(scope="thread"), facts.runs, 3)
+    searches = [
+        step[3]
+        for sql in statements
+        for step in w.conn.execute(f"EXPLAIN QUERY PLAN {sql}")
+        if step[3].startswith(("SEARCH", "SCAN"))
+    ]
+    assert len(statements) == 6 and searches, statements
+    for search in searches:
+        assert "_by_session" in search or "PRIMARY KEY" in search, (search, statements)
+    w.close()

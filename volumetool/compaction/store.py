@@ -67,9 +67,11 @@ def thread_facts(conn: sqlite3.Connection, session_id: int) -> ThreadFacts:
         if row:
             runs.append(RunFact(*row))
     compacted = max((r.id for r in runs if r.trigger == "compaction"), default=0)
+    # `+trigger`: by the thread's runs (runs_by_session), never by every compaction run of the
+    # file (runs_by_trigger also fits `trigger = … AND id > ?`, and a cron pass grew with it).
     failures, last = conn.execute(
         "SELECT count(*), max(coalesce(finished_at, started_at)) FROM runs"
-        " WHERE session_id = ? AND trigger = 'compaction' AND status = 'error' AND id > ?",
+        " WHERE session_id = ? AND id > ? AND +trigger = 'compaction' AND status = 'error'",
         (session_id, compacted),
     ).fetchone()
     turns = conn.execute(
