@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from volumetool.atomic import create_volume
-from volumetool.compaction import run
+from volumetool.compaction import retention, run
 from volumetool.compaction.plan import Message, plan_fold
 from volumetool.compaction.retention import (
     Fact,
@@ -213,13 +213,13 @@ def planned_fold(path: Path) -> tuple[str | None, tuple[Message, ...]]:
 @contextmanager
 def check_replaced() -> Iterator[None]:
     """Compaction with the retention check replaced by nothing: the baseline."""
-    real = run.facts_of_fold, run.retention_of
-    run.facts_of_fold = lambda previous, fold: []
-    run.retention_of = lambda facts, summary: Retention(1.0, [], 0, 0)
+    real = run.fold_facts, retention.retention_of
+    run.fold_facts = lambda previous, fold: []
+    retention.retention_of = lambda facts, summary: Retention(1.0, [], 0, 0)
     try:
         yield
     finally:
-        run.facts_of_fold, run.retention_of = real
+        run.fold_facts, retention.retention_of = real
 
 
 @dataclass

@@ -1081,3 +1081,81 @@ def test_a_completion_names_its_request():
     body = json.dumps(openai_answer(content="Summary.")).encode()
     done = answer(200, {"x-request-id": "req_5"}, body)
     assert not isinstance(done, ModelError) and done.request_id == "req_5"
+
+
+def test_a_request_is_traffic_until_its_body_is_written_not_until_its_answer(server):
+    """Background work of a run waits while a request is being written, and only then
+    (httpcore's trace events): once the server has the request and takes its time to answer,
+    the client has nothing on its way out."""
+    from volumetool.model_client import Traffic
+
+    server.latency = 0.5
+    seen: list[tuple[int, float]] = []
+
+    async def go():
+        endpoint = Endpoint("openai", server.url, "m", KEY, max_tokens=100, timeout=5)
+        async with ModelClient(endpoint) as client:
+            assert isinstance(client.traffic, Traffic) and client.traffic.writing == 0
+            call = asyncio.ensure_future(client.complete("system", "user"))
+            await asyncio.sleep(0)
+            seen.append((client.traffic.writing, 0.0))
+            while not server.requests:
+                await asyncio.sleep(0.01)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await client.traffic.quiet()
+            seen.append((client.traffic.writing, loop.time() - started))
+            assert not call.done()  # the answer is still 0.5 s away
+            await call
+            seen.append((client.traffic.writing, 0.0))
+
+    asyncio.run(go())
+    assert seen[0][0] == 1  # counted from the start of the send
+    assert seen[1][0] == 0 and seen[1][1] < 0.05  # written: quiet at once
+    assert seen[2][0] == 0
+
+
+def test_quiet_waits_for_every_request_being_written_but_never_past_its_patience():
+    from volumetool.model_client import Traffic
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        traffic = Traffic(patience=0.2)
+        first, second = traffic.start(), traffic.start()
+        loop.call_later(0.05, first)
+        loop.call_later(0.1, second)
+        started = loop.time()
+        await traffic.quiet()
+        both = loop.time() - started
+        second()  # once counts: a request written and then ended is not taken off twice
+        assert traffic.writing == 0
+        stuck = traffic.start()
+        started = loop.time()
+        await traffic.quiet()
+        patience = loop.time() - started
+        stuck()
+        started = loop.time()
+        await traffic.quiet()
+        return both, patience, loop.time() - started
+
+    both, patience, idle = asyncio.run(go())
+    assert 0.09 <= both < 0.19
+    assert 0.19 <= patience < 1.0
+    assert idle < 0.01
+
+
+def test_the_tls_context_is_the_one_httpx_builds_and_its_failure_is_raised_where_used(
+    monkeypatch, tmp_path
+):
+    from volumetool.model_client import TlsContext
+
+    context = TlsContext().get()
+    default = httpx.create_ssl_context()
+    assert isinstance(context, ssl.SSLContext)
+    assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
+    assert context.minimum_version == default.minimum_version
+    assert len(context.get_ca_certs()) == len(default.get_ca_certs()) > 0
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    pending = TlsContext()
+    with pytest.raises(OSError):
+        pending.get()

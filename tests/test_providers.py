@@ -918,11 +918,82 @@ def test_a_failed_thread_waits_for_its_fact_reading_before_it_is_written(
         at_write.append(finished.is_set())
         return real_finish(job, ending)
 
-    monkeypatch.setattr(run, "facts_of_fold", slow_facts)
+    monkeypatch.setattr(run, "fold_facts", slow_facts)
     monkeypatch.setattr(run, "finish", finish)
     server.fault = "empty"
     [outcome], _ = compact([str(volume(tmp_path))], request(server))
     assert outcome.status == "failed" and at_write == [True]
+
+
+def test_the_folds_facts_are_read_one_fold_at_a_time_in_one_thread(server, tmp_path, monkeypatch):
+    """Reading a fold's facts is CPU work under the GIL: a second thread would not read
+    faster, only take turns with the event loop that sends and receives every request."""
+    import threading
+    import time
+
+    from volumetool.compaction import run
+
+    lock, active, most, names = threading.Lock(), [0], [0], set()
+    real = run.fold_facts
+
+    def counted(previous, fold):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+            names.add(threading.current_thread().name)
+        time.sleep(0.02)
+        try:
+            return real(previous, fold)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(run, "fold_facts", counted)
+    outcomes, code = compact([str(volume(tmp_path, threads=6))], request(server, concurrency=6))
+    assert code == 0 and [o.status for o in outcomes] == ["compacted"] * 6
+    assert most == [1] and len(names) == 1, (most, names)
+    assert all(o.retention is not None for o in outcomes)
+
+
+def test_the_first_calls_are_written_before_the_next_thread_is_planned(
+    server, tmp_path, monkeypatch
+):
+    """The first --concurrency calls go out together, and planning the next thread waits
+    until they are written: interleaved, each step of their connections and requests waited
+    for a thread's planning."""
+    from volumetool import model_client
+    from volumetool.compaction import run
+
+    events: list[str] = []
+    consider, start = run._Planner.consider, model_client.Traffic.start
+
+    def planning(self, *args):
+        events.append("plan")
+        return consider(self, *args)
+
+    def sending(self):
+        events.append("send")
+        written, once = start(self), []
+
+        def done() -> None:
+            if not once:
+                once.append(events.append("written"))
+            written()
+
+        return done
+
+    monkeypatch.setattr(run._Planner, "consider", planning)
+    monkeypatch.setattr(model_client.Traffic, "start", sending)
+    server.latency = 0.3
+    try:
+        outcomes, code = compact([str(volume(tmp_path, threads=4))], request(server, concurrency=2))
+    finally:
+        server.latency = 0.0
+    assert code == 0 and len(outcomes) == 4
+    third = [n for n, event in enumerate(events) if event == "plan"][2]
+    assert events[:third].count("plan") == 2, events
+    assert events[:third].count("send") == 2, events
+    assert events[:third].count("written") == 2, events
 
 
 def test_concurrency_above_the_pools_default_is_honoured(server, tmp_path):

@@ -10,6 +10,8 @@ one escaped line that names the method and URL and never the key.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import email.utils
 import errno
 import json
@@ -18,6 +20,7 @@ import random
 import re
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -363,8 +366,84 @@ def classify(
     )
 
 
+# The httpcore trace events after which a request is written and only waits for its answer.
+WRITTEN_EVENTS = frozenset(
+    {"http11.send_request_body.complete", "http2.send_request_body.complete"}
+)
+
+
+class Traffic:
+    """The client's requests on their way out, from the start of a send until the request is
+    written (or the send ends). A run's background work (planning the next thread, reading a
+    fold's facts) waits for `quiet` first: interleaved with the loop turns and the GIL that a
+    request being written needs, it held up every first request of a run by a thread's
+    planning or a fold's reading at each step. Never longer than `patience`, so that slow
+    uploads do not starve it."""
+
+    def __init__(self, patience: float = 0.05) -> None:
+        self.patience = patience
+        self.writing = 0
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+
+    def start(self) -> Callable[[], None]:
+        """Count a request going out; the function returned says it is written (once counts)."""
+        self.writing += 1
+        self._quiet.clear()
+        written = False
+
+        def done() -> None:
+            nonlocal written
+            if not written:
+                written = True
+                self.writing -= 1
+                if not self.writing:
+                    self._quiet.set()
+
+        return done
+
+    async def quiet(self) -> None:
+        """Once no request is being written, or `patience` has passed."""
+        if self.writing:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.patience):
+                    await self._quiet.wait()
+
+
+def _trace(written: Callable[[], None]) -> Callable[[str, dict], Awaitable[None]]:
+    """httpcore's trace extension: `written` is called once the request body is sent."""
+
+    async def trace(event: str, info: dict) -> None:
+        if event in WRITTEN_EVENTS:
+            written()
+
+    return trace
+
+
+class TlsContext:
+    """The TLS context of a run's client, built in a thread from the moment the run knows it
+    will call a model: OpenSSL reads the CA bundle (about 50 ms) without holding the GIL, so
+    that it overlaps reading the config and planning instead of delaying the first request.
+    It is the context httpx builds by default (certifi's bundle, or SSL_CERT_FILE or
+    SSL_CERT_DIR); whatever stops it from being built is raised where it is needed."""
+
+    def __init__(self) -> None:
+        self._built: concurrent.futures.Future[ssl.SSLContext] = concurrent.futures.Future()
+        threading.Thread(target=self._build, name="volumetool-tls").start()
+
+    def _build(self) -> None:
+        try:
+            self._built.set_result(httpx.create_ssl_context())
+        except BaseException as exc:
+            self._built.set_exception(exc)
+
+    def get(self) -> ssl.SSLContext:
+        return self._built.result()
+
+
 class ModelClient:
-    """Summary requests to one endpoint. Tests pass a transport; production uses the network."""
+    """Summary requests to one endpoint. Tests pass a transport; production uses the network,
+    over `tls` when it is given (else httpx builds the same context itself)."""
 
     def __init__(
         self,
@@ -374,12 +453,15 @@ class ModelClient:
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int = 16,
         breaker: Breaker | None = None,
+        tls: TlsContext | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.retry = retry or RetryPolicy()
         self.breaker = breaker or Breaker()
+        self.traffic = Traffic()
         self._http = httpx.AsyncClient(
             transport=transport,
+            verify=tls.get() if tls is not None and transport is None else True,
             timeout=httpx.Timeout(endpoint.timeout),
             limits=httpx.Limits(
                 max_connections=max_connections, max_keepalive_connections=max_connections
@@ -443,6 +525,8 @@ class ModelClient:
             )
         except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
             raise ModelError(f"invalid URL ({exc})", endpoint_wide=True, where=e.where) from None
+        written = self.traffic.start()
+        request.extensions["trace"] = _trace(written)
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TimeoutException:
@@ -451,6 +535,8 @@ class ModelClient:
             ) from None
         except (httpx.HTTPError, OSError) as exc:
             raise connection_failure(exc, e.where) from None
+        finally:
+            written()
         try:
             data = await self._read(response)
         finally:

@@ -199,6 +199,8 @@ def plan_fold(live: Sequence[Message]) -> FoldPlan:
 def estimate_text_tokens(text: str) -> int:
     """A rough token count: four characters a token for ASCII, more for other scripts (a CJK
     character is a token or more), so that estimates err on the large side."""
+    if text.isascii():  # a flag of the string: no encoding to count the extra bytes
+        return (len(text) + 3) // 4
     extra = len(text.encode("utf-8", "surrogatepass")) - len(text)
     return (len(text) + 3) // 4 + extra // 2
 

@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import httpx
 
 from volumetool.compaction.plan import (
     Due,
     FoldPlan,
+    Message,
     backoff_until,
     check_due,
     estimate_text_tokens,
@@ -33,7 +37,6 @@ from volumetool.compaction.plan import (
     plan_fold,
 )
 from volumetool.compaction.prompt import DEFAULT_PROMPT, MIN_PART_TOKENS, system_prompt
-from volumetool.compaction.retention import Retention, facts_of_fold, retention_of
 from volumetool.compaction.store import (
     RunTimes,
     Thread,
@@ -47,12 +50,15 @@ from volumetool.compaction.store import (
 )
 from volumetool.compaction.summarize import Limits, Summary, SummaryFailed, summarize
 from volumetool.errors import Busy, UnusableInput, VolumetoolError, worst_exit_code
-from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy
+from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy, TlsContext
 from volumetool.render import escape_control, one_line
 from volumetool.settings import API_DEFAULTS, AgentConfig, base_url_problem
 from volumetool.timefmt import iso, now_iso
 from volumetool.usage import Usage
 from volumetool.volume import Volume, open_for_write
+
+if TYPE_CHECKING:
+    from volumetool.compaction.retention import Fact, Retention
 
 
 @dataclass(frozen=True)
@@ -456,18 +462,39 @@ def _internal(exc: BaseException) -> str:
     return one_line(f"internal error: {type(exc).__name__}: {exc}", 300)
 
 
+def fold_facts(previous_summary: str | None, fold: Sequence[Message]) -> list[Fact]:
+    """The fold's hard facts (retention.facts_of_fold), read in the reader thread. The fact
+    scanner is imported there, on first use: compiling its patterns takes 20-30 ms that the
+    first requests of a run no longer wait for."""
+    from volumetool.compaction.retention import facts_of_fold
+
+    return facts_of_fold(previous_summary, fold)
+
+
 async def summarize_job(
-    job: Job, client: ModelClient, system: str, limits: Limits, min_retention: float | None
+    job: Job,
+    client: ModelClient,
+    system: str,
+    limits: Limits,
+    min_retention: float | None,
+    reader: Executor,
 ) -> Ending | str:
     """The thread's ending, or the reason it was skipped without a call. The fold's hard facts
-    are read while the model writes (they do not need its answer); the summary is then held to
-    them."""
+    are read by `reader` while the model writes (they do not need its answer); the summary is
+    then held to them."""
     model = client.endpoint.model
     started = now_iso()
     previous, fold = job.thread.summary, job.plan.fold
-    facts = asyncio.ensure_future(asyncio.to_thread(facts_of_fold, previous, fold))
+
+    async def read_facts() -> list[Fact]:
+        await client.traffic.quiet()  # background work: the requests being written go first
+        return await asyncio.get_running_loop().run_in_executor(reader, fold_facts, previous, fold)
+
+    facts = asyncio.ensure_future(read_facts())
     try:
         summary = await summarize(client, system, previous, fold, limits)
+        from volumetool.compaction.retention import retention_of  # fold_facts imported it
+
         kept = retention_of(await facts, summary.text)
         times = RunTimes(started, now_iso())
         if min_retention is not None and kept.retention < min_retention:
@@ -496,53 +523,70 @@ async def summarize_all(
     transport: httpx.AsyncBaseTransport | None,
     on_planned: Callable[[int], None],
     on_done: Callable[[Outcome], None],
+    tls: TlsContext | None = None,
 ) -> list[Outcome]:
-    """Each job's outcome, in the order planned. Calls start as jobs are planned; the writes
-    wait until planning is over (each volume is read in one snapshot)."""
+    """Each job's outcome, in the order planned. The first `concurrency` calls go out together,
+    the others as jobs are planned; the writes wait until planning is over (each volume is
+    read in one snapshot)."""
     candidates = planner.candidates()
-    first = next((job for job in candidates if job is not None), None)
-    if first is None:
+    # Planned before any is sent: interleaved with planning, each first call's connection and
+    # request waited a thread's planning at every turn of the loop.
+    first = list(itertools.islice(filter(None, candidates), request.concurrency))
+    if not first:
         return []
     semaphore = asyncio.Semaphore(request.concurrency)
     writing = asyncio.Lock()
     planned = asyncio.Event()
     system = system_prompt(request.prompt, request.instructions)
     limits = Limits(request.max_input_tokens, request.max_summary_tokens)
+    # One thread reads the folds' facts, one fold after another: it is CPU work under the GIL,
+    # so more threads would not read faster, only take turns with the event loop, whose every
+    # send and receive then waited for the GIL behind them.
+    with ThreadPoolExecutor(1, thread_name_prefix="volumetool-facts") as reader:
+        async with ModelClient(
+            endpoint,
+            retry=request.retry,
+            transport=transport,
+            max_connections=request.concurrency,
+            breaker=Breaker(),
+            tls=tls,
+        ) as client:
 
-    async with ModelClient(
-        endpoint,
-        retry=request.retry,
-        transport=transport,
-        max_connections=request.concurrency,
-        breaker=Breaker(),
-    ) as client:
+            async def one(job: Job) -> Outcome:
+                async with semaphore:
+                    ending = await summarize_job(
+                        job, client, system, limits, request.min_retention, reader
+                    )
+                if isinstance(ending, str):
+                    outcome = _planned(job, endpoint.model, "skipped", error=ending, exit_code=1)
+                else:
+                    await planned.wait()
+                    async with writing:
+                        outcome = await asyncio.to_thread(finish, job, ending)
+                on_done(outcome)
+                return outcome
 
-        async def one(job: Job) -> Outcome:
-            async with semaphore:
-                ending = await summarize_job(job, client, system, limits, request.min_retention)
-            if isinstance(ending, str):
-                outcome = _planned(job, endpoint.model, "skipped", error=ending, exit_code=1)
-            else:
-                await planned.wait()
-                async with writing:
-                    outcome = await asyncio.to_thread(finish, job, ending)
-            on_done(outcome)
-            return outcome
+            async def requests_first() -> None:
+                """Planning is background work: the calls go on between two threads planned,
+                and the requests being written go first."""
+                await asyncio.sleep(0)
+                await client.traffic.quiet()
 
-        tasks = [asyncio.create_task(one(first))]
-        try:
-            for job in candidates:
-                if job is not None:
-                    tasks.append(asyncio.create_task(one(job)))
-                await asyncio.sleep(0)  # the calls under way go on between two threads planned
-        except Exception:  # a bug while planning: the calls already made are written first
-            planned.set()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        finally:
-            planned.set()  # whatever stopped the planning, no write waits for ever
-        on_planned(len(tasks))
-        return list(await asyncio.gather(*tasks))
+            tasks = [asyncio.create_task(one(job)) for job in first]
+            try:
+                await requests_first()
+                for job in candidates:
+                    if job is not None:
+                        tasks.append(asyncio.create_task(one(job)))
+                    await requests_first()
+            except Exception:  # a bug while planning: the calls already made are written first
+                planned.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+            finally:
+                planned.set()  # whatever stopped the planning, no write waits for ever
+            on_planned(len(tasks))
+            return list(await asyncio.gather(*tasks))
 
 
 def open_volume(argument: str | None, request: Request, stack: contextlib.ExitStack) -> Volume:
@@ -560,12 +604,17 @@ def compact(
     request: Request,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
+    tls: TlsContext | None = None,
     on_planned: Callable[[int], None] = lambda total: None,
     on_done: Callable[[Outcome], None] = lambda outcome: None,
 ) -> tuple[list[Outcome], int]:
-    """Compact every due thread (or the --key thread) of every volume; outcomes and exit code."""
+    """Compact every due thread (or the --key thread) of every volume; outcomes and exit code.
+    `tls`: the context a caller started building before it read the config (else it starts
+    here)."""
     check_request(request)
     model, endpoint = resolve_endpoint(request, need_key=not request.dry_run)
+    if tls is None and endpoint is not None and transport is None:
+        tls = TlsContext()
     with contextlib.ExitStack() as stack:
         planner = _Planner(volumes, request, model, stack)
         if request.dry_run:
@@ -574,7 +623,7 @@ def compact(
         else:
             assert endpoint is not None
             done = asyncio.run(
-                summarize_all(planner, request, endpoint, transport, on_planned, on_done)
+                summarize_all(planner, request, endpoint, transport, on_planned, on_done, tls)
             )
         outcomes = [*planner.outcomes, *done]
     return outcomes, worst_exit_code(o.exit_code for o in outcomes)
