@@ -1311,6 +1311,26 @@ NOTES = """
   is start-up, the HTTP client and its first request (0.35-0.5 s together) and 5-10 ms a
   wave, all Python CPU that a slower host stretches. Against a real model, whose summary
   calls take seconds, it is a few percent.
+- On 2026-12-01 the every-third-failing row took 1.30x while `bench.replay` took 1.19x
+  (seven runs of each, alternating). The server's timeline and py-spy showed why. The first
+  request came 0.39-0.49 s after start, against 0.22-0.33 s; the first sixteen came over
+  50-80 ms, against 5. Before the first call, the HTTP client parsed its CA bundle (55 ms);
+  that is now done in a thread from the start of the command, where OpenSSL does it
+  without the GIL. Six threads read the folds' facts and took turns for the GIL with the
+  event loop; one thread reads them now. Planning the next thread took a turn of the loop
+  between every step of the first requests. Now the first sixteen are planned, then sent
+  together, and planning and fact reading wait while a request is being written (httpcore's
+  trace events tell when). Importing and compiling the fact scanner is done in the reader
+  thread. Counting a thread's failed compactions read every compaction run of the file
+  (`runs_by_trigger`; now `runs_by_session`). And httpcore asked for sniffio, which was not
+  installed, about five times a request: each failed import searched sys.path (58 us;
+  1 us with sniffio, now a dependency).
+  After these changes the same comparison gave 1.19x against 1.14x, with the first request
+  as early as the bare client's. What remains is Python work per answer: volumetool used
+  1.8-1.9 s of CPU against the bare client's 0.75 s (planning, fact reading, the write and
+  the rendering, 2-3 ms a thread). That work spreads each wave of sixteen answers (the
+  thirteenth over 75-90 ms, against 40). After the last answer come the last writes and
+  exit (65-100 ms, against 45-70).
 - `status` of 200 volumes took 1.76x its 200 `sqlite3` calls: three quarters of each volume's
   4 ms went to the schema gate comparing the same format again and again. Its verdict now
   depends on the schema table's rows alone (SQLite builds the schema from their text) and is

@@ -549,6 +549,24 @@ def test_a_token_estimate_is_four_ascii_characters_and_at_least_one_per_cjk_char
     assert estimate_text_tokens("字" * 400) >= 400
 
 
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("", 0),
+        ("a" * 9, 3),  # 9 characters: 2.25, rounded up
+        ("aé", 1),  # 2 characters: 1; 1 byte past the first: 0.5, rounded down
+        ("é" * 8, 6),  # 2 + 8 bytes past: 4
+        ("é" * 9, 7),  # 3 + 4
+        ("字" * 9, 12),  # 3 + 18 bytes past: 9
+        ("🙂" * 3, 5),  # 1 + 9 bytes past: 4
+    ],
+)
+def test_a_token_estimate_is_the_readmes_rule(text, tokens):
+    """README, compaction: a quarter of a token a character, rounded up, plus half a token for
+    each UTF-8 byte past a character's first, rounded down."""
+    assert estimate_text_tokens(text) == tokens
+
+
 def test_calls_without_an_id_or_not_objects_have_no_id():
     for stored in ('[{"type": "function"}]', '["call_1"]', '[{"id": null}]', "[1, [2]]"):
         assert Message(1, "assistant", "", stored).call_ids() == []
