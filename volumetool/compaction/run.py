@@ -609,12 +609,10 @@ def compact(
     on_done: Callable[[Outcome], None] = lambda outcome: None,
 ) -> tuple[list[Outcome], int]:
     """Compact every due thread (or the --key thread) of every volume; outcomes and exit code.
-    `tls`: the context a caller started building before it read the config (else it starts
-    here)."""
+    `tls`: the context a caller started building before it read the config (else the client
+    builds it when it is made)."""
     check_request(request)
     model, endpoint = resolve_endpoint(request, need_key=not request.dry_run)
-    if tls is None and endpoint is not None and transport is None:
-        tls = TlsContext()
     with contextlib.ExitStack() as stack:
         planner = _Planner(volumes, request, model, stack)
         if request.dry_run:
