@@ -137,6 +137,19 @@ def measure(
     return Timing(seconds, peak)
 
 
+def in_turns(commands: Sequence[Sequence[object]], runs: int) -> list[Timing]:
+    """Each command `runs` times, one after the other in turns: a change in the host's load
+    then moves every one of them alike, and their ratio stays."""
+    seconds: list[list[float]] = [[] for _ in commands]
+    peaks = [0.0 for _ in commands]
+    for _ in range(runs):
+        for n, command in enumerate(commands):
+            once = measure([str(c) for c in command], 1)
+            seconds[n].extend(once.seconds)
+            peaks[n] = max(peaks[n], once.peak_mb)
+    return [Timing(s, p) for s, p in zip(seconds, peaks, strict=True)]
+
+
 def report(row: Row) -> Row:
     base = (
         f"{row.baseline_seconds:.3f}s"
@@ -180,11 +193,12 @@ def sqlite3_cli(db: Path, sql: str, *flags: str) -> list[str]:
 
 
 def startup_rows(scale: Scale) -> list[Row]:
-    click_only = measure([PY, "-c", "import click"], scale.runs * 2)
-    bare = measure([PY, "-c", "pass"], scale.runs * 2)
+    click_only, bare, *commands = in_turns(
+        [[PY, "-c", "import click"], [PY, "-c", "pass"], [VT, "--version"], [VT, "--help"]],
+        scale.runs * 2,
+    )
     rows = []
-    for args in (["--version"], ["--help"]):
-        ours = measure([VT, *args], scale.runs * 2)
+    for args, ours in zip((["--version"], ["--help"]), commands, strict=True):
         row = Row(
             f"start-up: volumetool {args[0]}",
             "< 2x importing click",
@@ -249,8 +263,7 @@ def inspect_rows(scale: Scale, large: Path) -> list[Row]:
         ),
     ]
     for name, command, sql, goal, met in cases:
-        ours = measure(command, scale.runs)
-        base = measure(sqlite3_cli(large, sql), scale.runs)
+        ours, base = in_turns([command, sqlite3_cli(large, sql)], scale.runs)
         row = Row(f"{name} ({scale.sessions:,} threads)", goal, ours, "sqlite3, same queries", base)
         row.met = met(row)
         rows.append(report(row))
@@ -312,8 +325,7 @@ def validate_row(scale: Scale) -> Row:
         "        with open(os.path.join(root, name), 'rb') as f:\n"
         "            yaml.load(f.read().decode(), Loader=yaml.CSafeLoader)\n"
     )
-    ours = measure([VT, "validate", directory], scale.runs)
-    base = measure([PY, "-c", loader, directory], scale.runs)
+    ours, base = in_turns([[VT, "validate", directory], [PY, "-c", loader, directory]], scale.runs)
     row = Row(
         f"validate {scale.configs:,} configs, one call",
         "< 2x yaml.load (C loader)",
@@ -364,9 +376,11 @@ def memories_rows(scale: Scale) -> list[Row]:
     volume = cached(f"memories-{n}.db", build_volume)
     rows = []
     out = CACHE / "export.jsonl"
-    ours = measure([VT, "memories", "export", volume, "-o", out], scale.runs)
     sql = "select key, value, created_at, updated_at from memories order by key"
-    cli = measure(sqlite3_cli(volume, sql, "-json"), scale.runs)
+    ours, cli = in_turns(
+        [[VT, "memories", "export", volume, "-o", out], sqlite3_cli(volume, sql, "-json")],
+        scale.runs,
+    )
     su = measure([SQLITE_UTILS, "rows", volume, "memories", "--nl"], scale.runs)
     row = Row(
         f"memories export ({n:,})",
@@ -1210,7 +1224,8 @@ def write_markdown(rows: list[Row], scale: Scale, path: Path, took: float, large
         "",
         "Whole commands as a user runs them, process start included; median of several runs "
         "with the spread (min-max), peak memory as the child's max RSS. Every figure stands "
-        "beside a baseline measured in the same run on the same data: absolute times alone "
+        "beside a baseline measured in the same run on the same data (the start-up, read, "
+        "validate and export rows run it in turns with volumetool): absolute times alone "
         "mean little on a shared machine. Regenerate with `make bench` (fixtures are cached "
         "in `bench/.cache`); `make bench QUICK=1` is the one-minute version.",
         "",
@@ -1331,6 +1346,22 @@ NOTES = """
   the rendering, 2-3 ms a thread). That work spreads each wave of sixteen answers (the
   thirteenth over 75-90 ms, against 40). After the last answer come the last writes and
   exit (65-100 ms, against 45-70).
+- Later on 2026-12-01 the plain concurrency-16 row took 1.215x against the bare client's
+  1.16x (seven runs of each, alternating), and marks in the process showed two waits. After
+  the last answer, the interpreter's teardown of every module and object took 50-70 ms;
+  every command now ends once its exit handlers have run and its output is flushed
+  (`cli.end`, the process exit without the teardown; a thread still running or an exit
+  that is not a code take the interpreter's way): 4-7 ms, and the run's tail after the last
+  answer went from 65-100 ms to about 21 ms (the bare client's, 50). And httpx imports
+  httpcore and h11 when the client is made (20 ms), which came after the wait for the TLS
+  context; they are imported during that wait now. After both: 1.18-1.19x against
+  1.15-1.16x (eight runs of each, twice). What remains is a wave's work: from an answer's
+  headers to the next request on that connection took 2.0 ms (median) in volumetool and
+  its writes take 2.2 ms of CPU each in their thread (the content check 0.5 ms, the writes
+  0.5 ms, the commit), which the model server shares two cores with. Tried and dropped:
+  the writes on the event loop (15-16 ms a turn, against 11 in their thread), freeing the
+  connection before the retention check (within the noise), a shorter GIL switch interval
+  (no change).
 - `status` of 200 volumes took 1.76x its 200 `sqlite3` calls: three quarters of each volume's
   4 ms went to the schema gate comparing the same format again and again. Its verdict now
   depends on the schema table's rows alone (SQLite builds the schema from their text) and is

@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -238,3 +239,111 @@ def test_a_closed_stdout_ends_every_format_quietly_with_exit_0(tmp_path, command
     proc.wait(timeout=60)
     assert proc.stderr.read() == b""
     assert proc.returncode == 0
+
+
+# The end of a command: the interpreter's teardown is skipped, nothing else is. `main` exits the
+# process, so each case runs in a child that records what a normal exit would have done.
+ENDING = """
+import atexit, sys, threading
+from volumetool.cli import main
+
+class Teardown:
+    def __del__(self):
+        sys.stderr.write("TEARDOWN\\n")  # runs only when the interpreter tears modules down
+
+kept_until_teardown = Teardown()
+atexit.register(lambda: sys.stderr.write("ATEXIT\\n"))
+if "--thread" in sys.argv:
+    sys.argv.remove("--thread")
+    def late():
+        import time
+        time.sleep(0.3)
+        sys.stderr.write("THREAD DONE\\n")
+    threading.Thread(target=late).start()
+sys.argv[0] = "volumetool"
+main()
+"""
+
+
+def ending(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", ENDING, *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_command_ends_without_the_interpreters_teardown_but_runs_exit_handlers(tmp_path):
+    done = ending("--version")
+    assert done.returncode == 0
+    assert done.stdout == "volumetool, version 0.1.0\n"
+    assert "ATEXIT" in done.stderr
+    assert "TEARDOWN" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "line"),
+    [
+        (["status", "NOPE"], 2, "nope.db: no such file"),
+        (["--bogus"], 2, "No such option '--bogus'"),
+        (["runs", "NOPE"], 2, "nope.db: no such file"),
+    ],
+)
+def test_the_exit_code_and_the_error_line_survive_the_fast_end(tmp_path, args, code, line):
+    done = ending(*[str(tmp_path / "nope.db") if a == "NOPE" else a for a in args])
+    assert done.returncode == code
+    *_, error, last = done.stderr.splitlines()
+    assert line in error
+    assert last == "ATEXIT"
+    assert "TEARDOWN" not in done.stderr
+
+
+def test_a_process_started_without_stdout_ends_cleanly():
+    """A job runner may start the command with fd 1 closed: Python's stdout is then None."""
+    script = "import os, sys\nos.close(1)\nsys.stdout = None\n" + ENDING
+    done = subprocess.run(
+        [sys.executable, "-c", script, "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0
+    assert done.stderr == "ATEXIT\n"
+
+
+def test_a_thread_still_running_at_the_end_is_waited_for(tmp_path):
+    """Only a process with nothing left running skips the teardown: a live thread is joined
+    as the interpreter always does."""
+    done = ending("--thread", "--version")
+    assert done.returncode == 0
+    assert "THREAD DONE" in done.stderr
+    assert "TEARDOWN" in done.stderr
+
+
+def test_long_output_to_a_pipe_and_a_file_arrives_whole_with_the_fast_end(tmp_path):
+    path = many_rows(tmp_path / "agent.db", memories=5_000, runs=5_000)
+    piped = subprocess.run(
+        [*VT, "runs", str(path), "-n", "0", "--nl"], capture_output=True, timeout=60
+    )
+    assert piped.returncode == 0
+    assert len(piped.stdout.splitlines()) == 5_000
+    assert json.loads(piped.stdout.splitlines()[-1])
+    out = tmp_path / "runs.jsonl"
+    with out.open("wb") as file:
+        written = subprocess.run([*VT, "runs", str(path), "-n", "0", "--nl"], stdout=file)
+    assert written.returncode == 0
+    assert out.read_bytes() == piped.stdout
+
+
+def test_an_exit_that_is_not_a_number_or_a_live_thread_takes_the_interpreters_way():
+    from volumetool.cli import end
+
+    message = SystemExit("a message, not a code")
+    with pytest.raises(SystemExit) as raised:
+        end(message)
+    assert raised.value is message
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait)
+    worker.start()
+    try:
+        with pytest.raises(SystemExit) as raised:
+            end(SystemExit(0))
+        assert raised.value.code == 0
+    finally:
+        release.set()
+        worker.join()

@@ -438,6 +438,11 @@ class TlsContext:
             self._built.set_exception(exc)
 
     def get(self) -> ssl.SSLContext:
+        if not self._built.done():
+            # Meanwhile, import what httpx imports when the client is made (httpcore and h11,
+            # about 20 ms of the GIL) instead of after: OpenSSL does not need the GIL.
+            import httpcore  # noqa: F401
+
         return self._built.result()
 
 

@@ -128,12 +128,13 @@ def walk(root: yaml.Node, report: Report) -> Iterator[tuple[yaml.Node, yaml.Node
             report(node, "yaml-too-deep", f"nesting deeper than {MAX_DEPTH} levels", path)
             continue
         yield node, key, path
-        inner = ancestors | {id(node)}
         if isinstance(node, yaml.MappingNode):
             check_duplicates(node, path, report)
+            inner = ancestors | {id(node)}
             for k, v in reversed(node.value):
                 name = k.value if isinstance(k, yaml.ScalarNode) else "?"
                 stack.append((v, k, key_path(path, str(name)), depth + 1, inner))
         elif isinstance(node, yaml.SequenceNode):
-            for n, item in reversed(list(enumerate(node.value))):
-                stack.append((item, None, f"{path}[{n}]", depth + 1, inner))
+            inner = ancestors | {id(node)}
+            for n in range(len(node.value) - 1, -1, -1):
+                stack.append((node.value[n], None, f"{path}[{n}]", depth + 1, inner))
