@@ -902,23 +902,31 @@ def _needles(fact: Fact) -> _Needles | None:
 
 class _Holding:
     """How a summary may hold each of a list of facts, by index: a value key it offers, a
-    name, a hash, or a needle found in its text. Made once, so that a summary's keys and names
-    are matched to all the facts at once, set against set."""
+    name, a hash, or a needle found in its text. Made once, so that a summary's keys, names
+    and words are matched to all the facts at once, set against set, and only the needles
+    that need its text are searched for one by one."""
 
     def __init__(self, facts: Sequence[Fact]) -> None:
         self.by_key: dict[str, list[int]] = {}
         self.by_name: dict[str, list[int]] = {}
-        self.rest: list[tuple[int, str, _Needles | None]] = []  # a hash's key, or needles
+        self.by_word: dict[str, list[int]] = {}  # a needle that is one word run, whole
+        self.hashes: list[tuple[int, str]] = []
+        self.searched: list[tuple[int, str, tuple[str, ...]]] = []  # (fact, needle, its runs)
         for n, fact in enumerate(facts):
             for key in (fact.key, *fact.also):
                 self.by_key.setdefault(key, []).append(n)
             matcher = _MATCHER.get(fact.kind, "name")
             if matcher == "name":
                 self.by_name.setdefault(fact.key, []).append(n)
-            needles = _needles(fact)
-            if matcher == "hash" or needles is not None:
-                self.rest.append((n, fact.key, needles))
+            elif matcher == "hash":
+                self.hashes.append((n, fact.key))
+            for needle, runs in _needles(fact) or ():
+                if runs and runs[0] == needle:  # `_Summary.has`: found when it is a word
+                    self.by_word.setdefault(needle, []).append(n)
+                else:
+                    self.searched.append((n, needle, runs))
         self.keys, self.names = frozenset(self.by_key), frozenset(self.by_name)
+        self.words = frozenset(self.by_word)
 
     def held(self, summary: _Summary) -> set[int]:
         """The indices of the facts the summary holds."""
@@ -927,11 +935,16 @@ class _Holding:
             held.update(self.by_key[key])
         for name in summary.names & self.names:
             held.update(self.by_name[name])
-        for n, key, needles in self.rest:
-            if n in held:
-                continue
-            if summary.holds_hash(key) if needles is None else summary.has(needles):
+        for n, key in self.hashes:
+            if n not in held and summary.holds_hash(key):
                 held.add(n)
+        if self.by_word or self.searched:
+            words = summary.words
+            for word in words & self.words:
+                held.update(self.by_word[word])
+            for n, needle, runs in self.searched:
+                if n not in held and summary.has(needle, runs):
+                    held.add(n)
         return held
 
 
@@ -962,14 +975,13 @@ class _Summary:
         self.keys: set[str] = set()
         self.names: set[str] = set()
         self.hashes: list[str] = []
-        # Read as the fold side reads text, and with code spans opened up (`v1.2.3` carries
-        # its version); where they differ, a fact either reading offers is found. No fact
-        # spans a line, so only the lines with a backtick are read the second way.
-        readings = [summary]
-        if "`" in summary:
-            opened = [line for line in summary.split("\n") if "`" in line]
-            readings.append("\n".join(opened).replace("`", " "))
-        for branch, found in {match for text in readings for match in _scan(text)}:
+        # Read as the fold side reads text, and each code span also opened up (`v1.2.3`
+        # carries its version, `spark.executor.memory=8g` a name and a size): a fact either
+        # reading offers is found. A span is read on its own, a boundary on both sides.
+        matches = set(_scan(summary))
+        for span in [found for branch, found in matches if branch == "code"]:
+            matches.update(_scan(span[1:-1]))
+        for branch, found in matches:
             for fact, _, offers in _parsed(branch, found):
                 self.keys.update(offers)
                 matcher = _MATCHER.get(fact.kind, "name")
@@ -988,21 +1000,17 @@ class _Summary:
         """A git hash is held by a prefix of at least 7 characters, either way."""
         return any(h.startswith(key) or key.startswith(h) for h in self.hashes)
 
-    def has(self, needles: _Needles) -> bool:
-        """Whether any needle occurs in the text between word boundaries (`_occurs`): every
-        run of word characters of such a needle is a whole word of the text, and a needle
-        that is one such run is found when it is one."""
-        words = self.words
-        for needle, runs in needles:
-            if runs and not words.issuperset(runs):
-                continue
-            if (runs and runs[0] == needle) or _occurs(needle, self.text):
-                return True
-        return False
+    def has(self, needle: str, runs: tuple[str, ...]) -> bool:
+        """Whether the needle occurs in the text between word boundaries (`_occurs`); every
+        run of word characters of such a needle is a whole word of the text, which rules out
+        most needles without a search. (A needle that is one run, whole, is a word of the
+        text: `_Holding` looks those up in `words` at once.)"""
+        return (not runs or self.words.issuperset(runs)) and _occurs(needle, self.text)
 
     @functools.cached_property
     def words(self) -> set[str]:
-        return set(_WORD_RUN.findall(self.text))  # normalising changes no word but its case
+        # The words of the normalised text: normalising changes no word but its case.
+        return set(_WORD_RUN.findall(self.summary.casefold()))
 
     @functools.cached_property
     def text(self) -> str:
