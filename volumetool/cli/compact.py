@@ -224,10 +224,10 @@ def compact(
 
 def _metrics_destination(metrics_file: str | None, dry_run: bool):
     """Where --metrics-file will be written, checked before the run; None without it."""
-    from volumetool.metrics import check_textfile
-
     if metrics_file is None:
         return None
+    from volumetool.metrics import check_textfile
+
     if dry_run:
         raise click.UsageError("--metrics-file records a real run, not a --dry-run")
     return check_textfile(metrics_file)
@@ -236,12 +236,12 @@ def _metrics_destination(metrics_file: str | None, dry_run: bool):
 def _record(metrics, outcomes, duration: float, code: int, shard) -> int:
     """Write the --metrics-file, if any; failing to is one more problem of the run. The exit
     code of the run and of the writing."""
+    if metrics is None:
+        return code
     from volumetool.cli import show_error
     from volumetool.errors import VolumetoolError, worst_exit_code
     from volumetool.metrics import record_compaction
 
-    if metrics is None:
-        return code
     labels = {"shard": str(shard)} if shard else {}
     try:
         record_compaction(metrics, outcomes, duration, succeeded=code == 0, labels=labels)

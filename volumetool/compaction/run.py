@@ -493,7 +493,9 @@ async def summarize_job(
     facts = asyncio.ensure_future(read_facts())
     try:
         summary = await summarize(client, system, previous, fold, limits)
-        from volumetool.compaction.retention import retention_of  # fold_facts imported it
+        # Imported by fold_facts in the reader thread, unless the answer came back before
+        # that thread started on this fold: then it is imported here, once.
+        from volumetool.compaction.retention import retention_of
 
         kept = retention_of(await facts, summary.text)
         times = RunTimes(started, now_iso())
