@@ -253,6 +253,7 @@ class Teardown:
 
 kept_until_teardown = Teardown()
 atexit.register(lambda: sys.stderr.write("ATEXIT\\n"))
+atexit.register(lambda: sys.stdout and sys.stdout.write("BUFFERED"))  # no newline: not flushed
 if "--thread" in sys.argv:
     sys.argv.remove("--thread")
     def late():
@@ -265,16 +266,18 @@ main()
 """
 
 
-def ending(*args: str) -> subprocess.CompletedProcess:
+def ending(*args: str, script: str = ENDING) -> subprocess.CompletedProcess:
+    """The child's stdout is a pipe, block-buffered as a user's would be."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     return subprocess.run(
-        [sys.executable, "-c", ENDING, *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60, env=env
     )
 
 
 def test_a_command_ends_without_the_interpreters_teardown_but_runs_exit_handlers(tmp_path):
     done = ending("--version")
     assert done.returncode == 0
-    assert done.stdout == "volumetool, version 0.1.0\n"
+    assert done.stdout == "volumetool, version 0.1.0\nBUFFERED"  # flushed before the exit
     assert "ATEXIT" in done.stderr
     assert "TEARDOWN" not in done.stderr
 
@@ -298,10 +301,7 @@ def test_the_exit_code_and_the_error_line_survive_the_fast_end(tmp_path, args, c
 
 def test_a_process_started_without_stdout_ends_cleanly():
     """A job runner may start the command with fd 1 closed: Python's stdout is then None."""
-    script = "import os, sys\nos.close(1)\nsys.stdout = None\n" + ENDING
-    done = subprocess.run(
-        [sys.executable, "-c", script, "--version"], capture_output=True, text=True, timeout=60
-    )
+    done = ending("--version", script="import os, sys\nos.close(1)\nsys.stdout = None\n" + ENDING)
     assert done.returncode == 0
     assert done.stderr == "ATEXIT\n"
 
