@@ -1360,8 +1360,9 @@ NOTES = """
   its writes take 2.2 ms of CPU each in their thread (the content check 0.5 ms, the writes
   0.5 ms, the commit), which the model server shares two cores with. Tried and dropped:
   the writes on the event loop (15-16 ms a turn, against 11 in their thread), freeing the
-  connection before the retention check (within the noise), a shorter GIL switch interval
-  (no change).
+  connection before the retention check (within the noise), a shorter GIL switch interval,
+  the first sixteen requests sent one after another, the collector frozen after start-up
+  with a higher threshold (no change).
 - `status` of 200 volumes took 1.76x its 200 `sqlite3` calls: three quarters of each volume's
   4 ms went to the schema gate comparing the same format again and again. Its verdict now
   depends on the schema table's rows alone (SQLite builds the schema from their text) and is
