@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -360,6 +361,16 @@ def test_the_agent_holding_the_write_lock_past_the_busy_timeout(run_cli, volume,
     assert result.exit_code == 4
     [outcome] = json.loads(result.stdout)
     assert outcome["status"] == "skipped" and "locked" in outcome["error"]
+    # Neither the summary nor the failure could be written: the call's cost is in the result.
+    assert outcome["run_id"] is None
+    assert (outcome["input_tokens"], outcome["output_tokens"]) == (
+        server.usage["input"],
+        server.usage["output"],
+    )
+    assert "tokens are in this result only" in outcome["error"]
+    with contextlib.closing(sqlite3.connect(volume["path"])) as conn:
+        runs = conn.execute("SELECT count(*) FROM runs WHERE trigger = 'compaction'").fetchone()
+    assert runs == (0,)
 
 
 def test_many_volumes_with_bounded_concurrency(run_cli, tmp_path, server):

@@ -1077,8 +1077,9 @@ def test_a_commit_that_cannot_be_written_is_the_threads_outcome(
 ):
     """Containment and spend (SPEC 6): a commit that finds the file locked past the busy
     timeout records the call's cost as a failed run once it can (exit 4), or is `skipped`
-    when it never can; any other error in the commit is the thread's failure with its exit
-    code, and a bug is an internal error, never the end of the pass."""
+    with the call's tokens in its result when it never can; any other error in the commit is
+    the thread's failure with its exit code, and a bug is an internal error, never the end of
+    the pass."""
     from volumetool.compaction import run
     from volumetool.errors import Busy, SchemaMismatch
 
@@ -1105,7 +1106,11 @@ def test_a_commit_that_cannot_be_written_is_the_threads_outcome(
     expected = {
         "busy_then_written": ("failed", 4, "not committed: the volume is busy — try again later"),
         "busy_after_failure": ("failed", 4, "not committed: the volume is busy — try again later"),
-        "busy_twice": ("skipped", 4, "the volume is busy"),
+        "busy_twice": (
+            "skipped",
+            4,
+            "the volume is busy; the call's tokens are in this result only",
+        ),
         "schema": ("failed", 3, "the schema changed under the commit"),
         "bug": ("failed", 1, "internal error: KeyError: 'x'"),
     }[raised]
@@ -1124,6 +1129,13 @@ def test_a_commit_that_cannot_be_written_is_the_threads_outcome(
             assert outcome.retention == round(retry.kept.retention, 4)
     else:
         assert runs == []
+    if raised == "busy_twice":
+        usage = endings[0].summary.usage
+        assert (outcome.input_tokens, outcome.output_tokens) == (
+            usage.input_tokens,
+            usage.output_tokens,
+        )
+        assert outcome.input_tokens > 0 and outcome.run_id is None
 
 
 def tickets_thread(

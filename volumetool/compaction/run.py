@@ -446,8 +446,15 @@ def finish(job: Job, ending: Ending) -> Outcome:
         retry = Ending(ending.model, ending.times, failure=reason, usage=usage, kept=ending.kept)
         try:
             outcome = write_ending(job, retry)
-        except Exception:
-            return _planned(job, ending.model, "skipped", error=exc.format_message(), exit_code=4)
+        except Exception:  # nothing could be written: the result still carries the cost
+            return _planned(
+                job,
+                ending.model,
+                "skipped",
+                error=f"{exc.format_message()}; the call's tokens are in this result only",
+                exit_code=4,
+                **_tokens(usage),
+            )
         outcome.exit_code = 4
         return outcome
     except VolumetoolError as exc:
