@@ -144,7 +144,7 @@ def in_turns(commands: Sequence[Sequence[object]], runs: int) -> list[Timing]:
     peaks = [0.0 for _ in commands]
     for _ in range(runs):
         for n, command in enumerate(commands):
-            once = measure([str(c) for c in command], 1)
+            once = measure(command, 1)
             seconds[n].extend(once.seconds)
             peaks[n] = max(peaks[n], once.peak_mb)
     return [Timing(s, p) for s, p in zip(seconds, peaks, strict=True)]

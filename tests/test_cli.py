@@ -266,15 +266,21 @@ main()
 """
 
 
+# The children's stdout is a pipe or a file, block-buffered as a user's would be.
+BUFFERED = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
 def ending(*args: str, script: str = ENDING) -> subprocess.CompletedProcess:
-    """The child's stdout is a pipe, block-buffered as a user's would be."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     return subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=BUFFERED,
     )
 
 
-def test_a_command_ends_without_the_interpreters_teardown_but_runs_exit_handlers(tmp_path):
+def test_a_command_ends_without_the_interpreters_teardown_but_runs_exit_handlers():
     done = ending("--version")
     assert done.returncode == 0
     assert done.stdout == "volumetool, version 0.1.0\nBUFFERED"  # flushed before the exit
@@ -306,7 +312,7 @@ def test_a_process_started_without_stdout_ends_cleanly():
     assert done.stderr == "ATEXIT\n"
 
 
-def test_a_thread_still_running_at_the_end_is_waited_for(tmp_path):
+def test_a_thread_still_running_at_the_end_is_waited_for():
     """Only a process with nothing left running skips the teardown: a live thread is joined
     as the interpreter always does."""
     done = ending("--thread", "--version")
@@ -318,14 +324,16 @@ def test_a_thread_still_running_at_the_end_is_waited_for(tmp_path):
 def test_long_output_to_a_pipe_and_a_file_arrives_whole_with_the_fast_end(tmp_path):
     path = many_rows(tmp_path / "agent.db", memories=5_000, runs=5_000)
     piped = subprocess.run(
-        [*VT, "runs", str(path), "-n", "0", "--nl"], capture_output=True, timeout=60
+        [*VT, "runs", str(path), "-n", "0", "--nl"], capture_output=True, timeout=60, env=BUFFERED
     )
     assert piped.returncode == 0
     assert len(piped.stdout.splitlines()) == 5_000
     assert json.loads(piped.stdout.splitlines()[-1])
     out = tmp_path / "runs.jsonl"
     with out.open("wb") as file:
-        written = subprocess.run([*VT, "runs", str(path), "-n", "0", "--nl"], stdout=file)
+        written = subprocess.run(
+            [*VT, "runs", str(path), "-n", "0", "--nl"], stdout=file, env=BUFFERED
+        )
     assert written.returncode == 0
     assert out.read_bytes() == piped.stdout
 
