@@ -274,6 +274,11 @@ def test_a_uuid_is_found_whatever_its_case():
         ("Set deploy_region first.", "deploy-region set", True),
         ("Set deploy_region first.", "the deploy region is set", True),
         ("Set deploy_region first.", "deploy_regions set", False),
+        ("Set deploy_region first.", "DEPLOY-REGION gesetzt", True),
+        ("Set deploy_region first.", "deploy_regionを設定", True),  # any other script bounds it
+        ("Set deploy_region first.", "deploy→region", False),
+        ("Set deploy_region first.", "deploy_region→eu", True),
+        ("Set strasse_id first.", "Straße_ID gesetzt", True),  # case folded beyond ASCII
         ("Use fct_pedidos.", "test not_null_fct_pedidos_customer_id", False),
         ("Fix OrderService now.", "OrderService.create fixed", True),
         ("Fix OrderService now.", "order service fixed", False),

@@ -235,7 +235,7 @@ _NAME_PREFIXES = frozenset(_words("mc mac de di da du la le van von st"))  # McK
 # --- the patterns ----------------------------------------------------------------------------
 
 _SP = "[ \u00a0\u202f]"
-_NUM = r"\d{1,3}(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?"
+_NUM = r"\d{1,3}+(?:[,.'\u00a0\u202f ]\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?"
 _END = r"(?![A-Za-z0-9_])"
 _WORD_END = "(?![A-Za-zÀ-ÖØ-öø-ÿ])"  # "01 são" holds no seconds; "16GBの" is 16 GB
 _MONTH = f"(?i:{_initial(_MONTHS)})(?:(?i:{_alternation(_MONTHS)})|May)"
@@ -301,10 +301,12 @@ _BRANCHES = {
 }
 # Most digits start a plain number ("order 4471", "180 ms"): that is tried first, unless what
 # follows could make it a date, a time, a version or an address, whose branches come before.
+# The digits are taken whole (possessive): a shorter run is followed by a digit, which none
+# of what may follow them begins with, so giving some back could only fail again.
 _PLAIN = (
-    r"(?!\d+(?:[-/.:@年月時日h]\d|@)|\d{1,2}(?:\.|er|º|°|st|nd|rd|th)?"
-    rf"{_SP}+(?:de{_SP}+)?{_MONTH}|\d{{1,2}}{_SP}?(?i:[ap]\.?m\.?)(?![A-Za-z])"
-    rf"|\d{{1,2}}(?:[.:]\d\d)?{_SP}Uhr|\d{{1,2}}[時月])" + _QUANTITY
+    r"(?!\d++(?:[-/.:@年月時日h]\d|@)|\d{1,2}+(?:(?:\.|er|º|°|st|nd|rd|th)?"
+    rf"{_SP}+(?:de{_SP}+)?{_MONTH}|{_SP}?(?i:[ap]\.?m\.?)(?![A-Za-z])"
+    rf"|(?:[.:]\d\d)?{_SP}Uhr|[時月]))" + _QUANTITY
 )
 
 
@@ -336,6 +338,7 @@ _LEADING_WORDS = frozenset(_MONTHS) | {"may", *(p.casefold() for p in _CURRENCY_
 _FENCE = re.compile(r"```(.*?)(?:```|\Z)", re.S)
 _SEPARATORS = re.compile(r"[\s_\-]+")
 _WORD_RUN = re.compile(r"[A-Za-z0-9_]+")  # a word as `_occurs` bounds it (_ASCII_WORD)
+_WORD_BYTES = bytes(c if chr(c) in _ASCII_WORD else ord(" ") for c in range(256))  # the rest: " "
 _SCHEME = re.compile(r"^(?:[a-z][a-z0-9+.\-]*://)?(?:www\.)?")
 _TRAILING = ".,;:!?)]}'\"»」』。、"
 _REFUSAL = re.compile(
@@ -558,7 +561,12 @@ def _phone(text: str) -> list[_Token]:
 
 
 def _normal(text: str) -> str:
-    return " ".join(text.casefold().replace("\\", "/").split())  # str.split() is \s+
+    return _spaced(text.casefold())
+
+
+def _spaced(folded: str) -> str:
+    """A case-folded text normalised: one slash, one space."""
+    return " ".join(folded.replace("\\", "/").split())  # str.split() is \s+
 
 
 def _named(kind: str, text: str, key: str, also: tuple[str, ...] = ()) -> list[_Token]:
@@ -628,7 +636,7 @@ def _code(text: str) -> list[_Token]:
         return []
     whole = _scanner().fullmatch(inner)
     if whole is not None:
-        return list(_parsed(whole.lastgroup or "", inner))
+        return list(_parsed(whole.lastgroup or "", inner).tokens)
     if len(inner) > CODE_SPAN_MAX_CHARS:
         return _tokens(inner)
     return _named("code", inner, _normal(inner))
@@ -671,16 +679,36 @@ _HANDLERS: dict[str, Callable[[str], list[_Token]]] = {
 }
 
 
+class _Parse(NamedTuple):
+    """What a matched text means: its candidate facts, and what a summary that holds it
+    offers to the facts it is matched against: value keys, names and git hashes."""
+
+    tokens: tuple[_Token, ...]
+    offers: tuple[str, ...]
+    names: tuple[str, ...]
+    hashes: tuple[str, ...]
+
+
 @functools.lru_cache(maxsize=8192)
-def _parsed(branch: str, text: str) -> tuple[_Token, ...]:
+def _parsed(branch: str, text: str) -> _Parse:
     """What a matched text means; the same ids and numbers recur through a conversation, and
     a summary repeats the fold's: read while the model writes, they cost the summary less."""
-    return tuple(_HANDLERS[branch](text))
+    tokens = tuple(_HANDLERS[branch](text))
+    names: list[str] = []
+    hashes: list[str] = []
+    for fact, _, _ in tokens:
+        matcher = _MATCHER.get(fact.kind, "name")
+        if matcher == "name":
+            names.extend(_names(fact))
+        elif matcher == "hash":
+            hashes.append(fact.key)
+    offers = tuple(key for token in tokens for key in token.offers)
+    return _Parse(tokens, offers, tuple(names), tuple(hashes))
 
 
 def _tokens(text: str) -> list[_Token]:
     """The candidate facts of a text, left to right."""
-    return [token for branch, found in _scan(text) for token in _parsed(branch, found)]
+    return [token for branch, found in _scan(text) for token in _parsed(branch, found).tokens]
 
 
 def _scan(text: str) -> list[tuple[str, str]]:
@@ -883,7 +911,7 @@ def is_refusal(summary: str) -> bool:
     )
 
 
-_Needles = tuple[tuple[str, tuple[str, ...]], ...]
+_Needles = tuple[tuple[str, tuple[bytes, ...]], ...]
 
 
 def _needles(fact: Fact) -> _Needles | None:
@@ -897,7 +925,12 @@ def _needles(fact: Fact) -> _Needles | None:
         needles = (fact.key,)  # a ticket written in lower case is no longer read as one
     else:
         return None
-    return tuple((needle, tuple(_WORD_RUN.findall(needle))) for needle in needles)
+    return tuple((needle, _runs(needle)) for needle in needles)
+
+
+def _runs(needle: str) -> tuple[bytes, ...]:
+    """The word runs of a needle, as `_Summary.words` holds them."""
+    return tuple(run.encode() for run in _WORD_RUN.findall(needle))
 
 
 class _Holding:
@@ -909,9 +942,9 @@ class _Holding:
     def __init__(self, facts: Sequence[Fact]) -> None:
         self.by_key: dict[str, list[int]] = {}
         self.by_name: dict[str, list[int]] = {}
-        self.by_word: dict[str, list[int]] = {}  # a needle that is one word run, whole
+        self.by_word: dict[bytes, list[int]] = {}  # a needle that is one word run, whole
         self.hashes: list[tuple[int, str]] = []
-        self.searched: list[tuple[int, str, tuple[str, ...]]] = []  # (fact, needle, its runs)
+        self.searched: list[tuple[int, str, tuple[bytes, ...]]] = []  # (fact, needle, its runs)
         for n, fact in enumerate(facts):
             for key in (fact.key, *fact.also):
                 self.by_key.setdefault(key, []).append(n)
@@ -921,8 +954,8 @@ class _Holding:
             elif matcher == "hash":
                 self.hashes.append((n, fact.key))
             for needle, runs in _needles(fact) or ():
-                if runs and runs[0] == needle:  # `_Summary.has`: found when it is a word
-                    self.by_word.setdefault(needle, []).append(n)
+                if len(runs) == 1 and len(runs[0]) == len(needle):  # a word, whole (`has`)
+                    self.by_word.setdefault(runs[0], []).append(n)
                 else:
                     self.searched.append((n, needle, runs))
         self.keys, self.names = frozenset(self.by_key), frozenset(self.by_name)
@@ -972,23 +1005,16 @@ class _Summary:
 
     def __init__(self, summary: str) -> None:
         self.summary = summary
-        self.keys: set[str] = set()
-        self.names: set[str] = set()
-        self.hashes: list[str] = []
         # Read as the fold side reads text, and each code span also opened up (`v1.2.3`
         # carries its version, `spark.executor.memory=8g` a name and a size): a fact either
         # reading offers is found. A span is read on its own, a boundary on both sides.
         matches = set(_scan(summary))
         for span in [found for branch, found in matches if branch == "code"]:
             matches.update(_scan(span[1:-1]))
-        for branch, found in matches:
-            for fact, _, offers in _parsed(branch, found):
-                self.keys.update(offers)
-                matcher = _MATCHER.get(fact.kind, "name")
-                if matcher == "name":
-                    self.names.update(_names(fact))
-                elif matcher == "hash":
-                    self.hashes.append(fact.key)
+        parses = [_parsed(branch, found) for branch, found in matches]
+        self.keys: set[str] = set().union(*(parse.offers for parse in parses))
+        self.names: set[str] = set().union(*(parse.names for parse in parses))
+        self.hashes = [key for parse in parses for key in parse.hashes]
         # "25/11", "30.11": read generously on this side only, where a wrong reading can make
         # a fact found but never make one up.
         for first, second in _SHORT_DATE.findall(summary):
@@ -1000,7 +1026,7 @@ class _Summary:
         """A git hash is held by a prefix of at least 7 characters, either way."""
         return any(h.startswith(key) or key.startswith(h) for h in self.hashes)
 
-    def has(self, needle: str, runs: tuple[str, ...]) -> bool:
+    def has(self, needle: str, runs: tuple[bytes, ...]) -> bool:
         """Whether the needle occurs in the text between word boundaries (`_occurs`); every
         run of word characters of such a needle is a whole word of the text, which rules out
         most needles without a search. (A needle that is one run, whole, is a word of the
@@ -1008,13 +1034,19 @@ class _Summary:
         return (not runs or self.words.issuperset(runs)) and _occurs(needle, self.text)
 
     @functools.cached_property
-    def words(self) -> set[str]:
-        # The words of the normalised text: normalising changes no word but its case.
-        return set(_WORD_RUN.findall(self.summary.casefold()))
+    def words(self) -> set[bytes]:
+        """The words of the normalised text (normalising changes no word but its case), as
+        `_WORD_RUN` finds them, in ASCII: what is not a word character becomes a space."""
+        ascii_text = self.folded.encode("ascii", "replace")  # "?" for the rest
+        return set(ascii_text.translate(_WORD_BYTES).split())
 
     @functools.cached_property
     def text(self) -> str:
-        return _normal(self.summary)
+        return _spaced(self.folded)
+
+    @functools.cached_property
+    def folded(self) -> str:
+        return self.summary.casefold()
 
 
 def _names(fact: Fact) -> list[str]:
