@@ -353,8 +353,12 @@ _INABILITY = re.compile(
     r"|não (?:posso|consigo)|できません|いたしかねます",
     re.I,
 )
-# Led by a digit, not by the look-behind, so that the search jumps from digit to digit.
-_SHORT_DATE = re.compile(r"(\d(?<![0-9./]\d)\d?)[/.](\d{1,2})(?![0-9/]|\.[0-9])")
+# One or two digits, a slash or a dot, one or two digits; led by the separator, not by the
+# digits before it (read by the look-behinds), so that the search jumps in C from one slash
+# or dot to the next, which are rarer than digits.
+_SHORT_DATE = re.compile(
+    r"[/.](?:(?<=(?<![0-9./])(\d\d)[/.])|(?<=(?<![0-9./])(\d)[/.]))(\d{1,2})(?![0-9/]|\.[0-9])"
+)
 
 # --- what a match means ----------------------------------------------------------------------
 
@@ -1017,7 +1021,8 @@ class _Summary:
         self.hashes = [key for parse in parses for key in parse.hashes]
         # "25/11", "30.11": read generously on this side only, where a wrong reading can make
         # a fact found but never make one up.
-        for first, second in _SHORT_DATE.findall(summary):
+        for two, one, second in _SHORT_DATE.findall(summary):
+            first = two or one
             for day, month in ((int(first), int(second)), (int(second), int(first))):
                 if 1 <= day <= 31 and 1 <= month <= 12:
                     self.keys.update((f"d:--{month:02d}-{day:02d}", f"dp:--{month:02d}-{day:02d}"))
