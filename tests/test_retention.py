@@ -137,6 +137,18 @@ def test_another_day_or_year_is_missing(summary):
     assert not kept("Deadline: 2026-11-30.", f"Due {summary}.")
 
 
+@pytest.mark.parametrize(
+    ("summary", "found"),
+    [
+        *[("1/12", True), ("01.12", True), ("12/1", True)],
+        *[("101/12", False), ("1/123", False), ("1/12/7", False), ("1.12.5", False)],
+        ("0.1/12", False),
+    ],
+)
+def test_a_short_date_in_a_summary_is_one_or_two_digits_each_side(summary, found):
+    assert kept("Deadline: 2026-12-01.", f"Due {summary} then.") is found
+
+
 def test_a_slash_date_matches_either_reading_of_day_and_month():
     assert kept("Vence el 03/04/2026.", "Due 2026-04-03.")
     assert kept("Vence el 03/04/2026.", "Due 2026-03-04.")
