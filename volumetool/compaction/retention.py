@@ -317,7 +317,10 @@ def _scanner() -> re.Pattern[str]:
     Compiled on first use: it takes longer than the rest of this module to build, and a
     compaction needs it once its first calls are out (facts_of_fold runs while they wait)."""
     branches = {"plain": _PLAIN, **_BRANCHES}
-    alternatives = "|".join(f"(?P<{name}>{pattern})" for name, pattern in branches.items())
+    # Each branch is named by an empty group at its end (`lastgroup`), not by a group around
+    # it: then the alternation sees the branch's first character set, and skips in C the
+    # branches that cannot start at a position, where a group would have it enter each one.
+    alternatives = "|".join(f"(?:{pattern})(?P<{name}>)" for name, pattern in branches.items())
     # A fact starts a token: the look-behind rejects the inside of words.
     return re.compile(f"(?<![A-Za-z0-9_])(?:{alternatives})")
 
