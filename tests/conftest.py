@@ -33,7 +33,8 @@ def examples(n: int) -> int:
 class Result:
     def __init__(self, result) -> None:
         self.exit_code = result.exit_code
-        self.stdout = result.stdout
+        # As written: click's `Result.stdout` turns "\r\n" into "\n", also inside a CSV field.
+        self.stdout = result.stdout_bytes.decode("utf-8", "replace")
         self.stderr = result.stderr
         self.exception = result.exception
 

@@ -48,8 +48,8 @@ from volumetool.compaction.store import (
     record_failure,
     thread_facts,
 )
-from volumetool.compaction.summarize import Limits, Summary, SummaryFailed, summarize
-from volumetool.errors import Busy, UnusableInput, VolumetoolError, worst_exit_code
+from volumetool.compaction.summarize import Limits, Spent, Summary, SummaryFailed, summarize
+from volumetool.errors import Busy, Interrupted, UnusableInput, VolumetoolError, worst_exit_code
 from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy, TlsContext
 from volumetool.render import escape_control, one_line
 from volumetool.settings import API_DEFAULTS, AgentConfig, base_url_problem
@@ -371,6 +371,12 @@ def _planned(job: Job, model: str | None, status: str, **values: object) -> Outc
     )
 
 
+# Ctrl-C once a request had gone out: the call may be billed, so it is recorded as a failed
+# run, with what the calls that answered reported; a summary that came back is not committed.
+INTERRUPTED = "interrupted (Ctrl-C) during the model call; the provider may bill it"
+INTERRUPTED_AFTER = "interrupted (Ctrl-C) before the summary was committed; the call is paid for"
+
+
 @dataclass
 class Ending:
     """How a thread's summary request ended, before anything is written."""
@@ -381,6 +387,15 @@ class Ending:
     failure: str | None = None
     usage: Usage = field(default_factory=Usage)
     kept: Retention | None = None
+
+    def interrupted(self) -> Ending:
+        """This ending, once Ctrl-C came before it was written: recorded, not committed."""
+        if self.failure is not None:
+            return self  # a failure is recorded as it is
+        usage = self.summary.usage if self.summary else self.usage
+        return Ending(
+            self.model, self.times, failure=INTERRUPTED_AFTER, usage=usage, kept=self.kept
+        )
 
 
 def _tokens(usage: Usage) -> dict:
@@ -492,6 +507,7 @@ async def summarize_job(
     model = client.endpoint.model
     started = now_iso()
     previous, fold = job.thread.summary, job.plan.fold
+    spent = Spent()
 
     async def read_facts() -> list[Fact]:
         await client.traffic.quiet()  # background work: the requests being written go first
@@ -499,7 +515,7 @@ async def summarize_job(
 
     facts = asyncio.ensure_future(read_facts())
     try:
-        summary = await summarize(client, system, previous, fold, limits)
+        summary = await summarize(client, system, previous, fold, limits, spent)
         # Imported by fold_facts in the reader thread, unless the answer came back before
         # that thread started on this fold: then it is imported here, once.
         from volumetool.compaction.retention import retention_of
@@ -520,9 +536,40 @@ async def summarize_job(
         return Ending(model, RunTimes(started, now_iso()), failure=str(exc), usage=exc.usage)
     except Exception as exc:  # containment: one thread's surprise is that thread's failure
         return Ending(model, RunTimes(started, now_iso()), failure=_internal(exc))
+    except asyncio.CancelledError:
+        if not spent.sent:
+            raise  # no request went out: nothing to account for
+        # The cancellation goes on once this is written (`summarize_all`).
+        return Ending(model, RunTimes(started, now_iso()), failure=INTERRUPTED, usage=spent.usage)
     finally:
         if not facts.done():
             await asyncio.wait([facts])  # a thread cannot be cancelled: let it finish
+
+
+class _Writes:
+    """The endings, written one at a time once planning is over (each volume is read in one
+    snapshot). Ctrl-C while an ending waits for its turn does not lose a call that was made: it
+    is then recorded, not committed. A write under way finishes in its thread."""
+
+    def __init__(self) -> None:
+        self.turn = asyncio.Lock()
+        self.planned = asyncio.Event()
+
+    async def write(self, job: Job, ending: Ending) -> Outcome:
+        """The ending's outcome. After Ctrl-C the task goes on to its end, so that every call
+        under way is recorded; `summarize_all` is cancelled once all are."""
+        under_way = False
+        try:
+            await self.planned.wait()
+            async with self.turn:
+                under_way = True
+                return await asyncio.to_thread(finish, job, ending)
+        except asyncio.CancelledError:
+            if under_way or ending.failure == INTERRUPTED:  # written in its thread; or Ctrl-C
+                raise  # twice: stop now
+            await self.planned.wait()
+            async with self.turn:
+                return await asyncio.to_thread(finish, job, ending.interrupted())
 
 
 async def summarize_all(
@@ -544,8 +591,7 @@ async def summarize_all(
     if not first:
         return []
     semaphore = asyncio.Semaphore(request.concurrency)
-    writing = asyncio.Lock()
-    planned = asyncio.Event()
+    writes = _Writes()
     system = system_prompt(request.prompt, request.instructions)
     limits = Limits(request.max_input_tokens, request.max_summary_tokens)
     # One thread reads the folds' facts, one fold after another: it is CPU work under the GIL,
@@ -569,9 +615,7 @@ async def summarize_all(
                 if isinstance(ending, str):
                     outcome = _planned(job, endpoint.model, "skipped", error=ending, exit_code=1)
                 else:
-                    await planned.wait()
-                    async with writing:
-                        outcome = await asyncio.to_thread(finish, job, ending)
+                    outcome = await writes.write(job, ending)
                 on_done(outcome)
                 return outcome
 
@@ -582,20 +626,32 @@ async def summarize_all(
                 await client.traffic.quiet()
 
             tasks = [asyncio.create_task(one(job)) for job in first]
+            gathering = False
             try:
                 await requests_first()
                 for job in candidates:
                     if job is not None:
                         tasks.append(asyncio.create_task(one(job)))
                     await requests_first()
-            except Exception:  # a bug while planning: the calls already made are written first
-                planned.set()
+                writes.planned.set()
+                on_planned(len(tasks))
+                gathering = True
+                return list(await asyncio.gather(*tasks))
+            except (Exception, asyncio.CancelledError) as exc:
+                # A bug while planning: the calls already made are written first. Ctrl-C: the
+                # calls are stopped (the gather stops those it waits for), and every one under
+                # way is recorded before the cancellation goes on. Either way the snapshot of
+                # the volume being planned ends first: nothing may write while it is open.
+                candidates.close()
+                writes.planned.set()
+                if isinstance(exc, asyncio.CancelledError) and not gathering:
+                    for task in tasks:
+                        task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
-            finally:
-                planned.set()  # whatever stopped the planning, no write waits for ever
-            on_planned(len(tasks))
-            return list(await asyncio.gather(*tasks))
+            finally:  # whatever stopped the planning, its snapshot ends and no write waits
+                candidates.close()
+                writes.planned.set()
 
 
 def open_volume(argument: str | None, request: Request, stack: contextlib.ExitStack) -> Volume:
@@ -629,8 +685,23 @@ def compact(
             done = [_planned(job, model, "would_compact") for job in jobs]
         else:
             assert endpoint is not None
-            done = asyncio.run(
-                summarize_all(planner, request, endpoint, transport, on_planned, on_done, tls)
-            )
+            recorded: list[Outcome] = []  # calls under way at Ctrl-C, recorded as failed runs
+
+            def ended(outcome: Outcome) -> None:
+                if outcome.run_id is not None and outcome.error in (INTERRUPTED, INTERRUPTED_AFTER):
+                    recorded.append(outcome)
+                on_done(outcome)
+
+            try:
+                done = asyncio.run(
+                    summarize_all(planner, request, endpoint, transport, on_planned, ended, tls)
+                )
+            except KeyboardInterrupt:
+                if not recorded:
+                    raise  # nothing was under way: the volume says what became of its writes
+                raise Interrupted(
+                    f"interrupted; the {len(recorded)} model call(s) under way are recorded as "
+                    "failed runs (the provider may bill them); what was committed before stays"
+                ) from None
         outcomes = [*planner.outcomes, *done]
     return outcomes, worst_exit_code(o.exit_code for o in outcomes)

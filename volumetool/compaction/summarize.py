@@ -6,7 +6,7 @@ request carrying the summary so far. Every call's usage adds into the result, fa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from volumetool.compaction.plan import Message, estimate_text_tokens
 from volumetool.compaction.prompt import (
@@ -41,6 +41,16 @@ class SummaryFailed(Exception):
         self.unusable = unusable  # the endpoint was known unusable before this thread's call
 
 
+@dataclass
+class Spent:
+    """What one thread's requests have cost so far, kept by the caller: when the summarizing is
+    cancelled (Ctrl-C) midway, it still knows whether a request went out, and what the calls
+    that answered reported."""
+
+    sent: bool = False
+    usage: Usage = field(default_factory=Usage)
+
+
 @dataclass(frozen=True)
 class Limits:
     max_input_tokens: int = 100_000
@@ -53,11 +63,13 @@ async def summarize(
     previous_summary: str | None,
     fold: Sequence[Message],
     limits: Limits = Limits(),
+    spent: Spent | None = None,
 ) -> Summary:
     """The summary of `previous_summary` + `fold`, or SummaryFailed with the reason, the usage
-    of every call made and how many were made."""
+    of every call made and how many were made; `spent` follows them as they go."""
     api = client.endpoint.api
-    usage, calls, parts = Usage(), 0, 0
+    spent = Spent() if spent is None else spent
+    calls, parts = 0, 0
     summary_so_far = previous_summary
     remaining = render_fold(fold)
     halvings = 0
@@ -83,9 +95,10 @@ async def summarize(
             conversation = "\n\n".join(remaining[:take])
             user = render_request(summary_so_far, conversation, parts + 1, total)
             try:
+                spent.sent = True  # from here the provider may receive it, and bill it
                 completion = await client.complete(system, user)
                 calls += 1
-                usage += completion.usage
+                spent.usage += completion.usage
                 text = accept_answer(
                     api,
                     completion.text,
@@ -96,7 +109,7 @@ async def summarize(
             except (ModelError, SummaryRejected) as exc:
                 if isinstance(exc, ModelError):
                     calls += 0 if isinstance(exc, EndpointUnusable) else exc.attempts
-                    usage += exc.usage
+                    spent.usage += exc.usage
                 if not exc.too_long or halvings >= MAX_HALVINGS:
                     raise
                 too_long, halvings = exc, halvings + 1
@@ -107,7 +120,7 @@ async def summarize(
             raise SummaryRejected("nothing to summarize")
         summary = check_shorter(summary_so_far, previous_summary, fold)
     except EndpointUnusable as exc:
-        raise SummaryFailed(str(exc), usage, unusable=calls == 0) from None
+        raise SummaryFailed(str(exc), spent.usage, unusable=calls == 0) from None
     except (ModelError, SummaryRejected) as exc:
-        raise SummaryFailed(str(exc), usage) from None
-    return Summary(summary, usage)
+        raise SummaryFailed(str(exc), spent.usage) from None
+    return Summary(summary, spent.usage)

@@ -1,0 +1,176 @@
+"""Ctrl-C during `compact` (SPEC 6, "Spend": every model call is accounted for in a run).
+
+A request that has gone out may be billed whether or not its answer is read, so a compaction
+interrupted while calls are under way records each of them as a failed run (with what the
+calls that answered reported) and its audit event, commits no summary, and exits 130 with one
+line that says so. The threads whose calls had not started are left as they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from contextlib import closing
+
+import pytest
+
+from tests.support.model_server import ModelServer
+from tests.support.volumes import VolumeWriter, due_thread, table_dump
+from tests.test_compaction import write_config
+from volumetool.compaction.run import INTERRUPTED, INTERRUPTED_AFTER
+
+KEY = "sk-test-interrupt-0123456789abcdef"
+
+
+@pytest.fixture
+def server():
+    with ModelServer() as s:
+        yield s
+
+
+def start_compact(path, config, *args) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "volumetool", "compact", str(path), "--config", str(config), *args],
+        env={**os.environ, "TEST_MODEL_KEY": KEY},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def compaction_runs(path) -> list[tuple]:
+    with closing(sqlite3.connect(path)) as conn:
+        return conn.execute(
+            "SELECT session_id, status, input_tokens, output_tokens, error FROM runs"
+            " WHERE trigger = 'compaction' ORDER BY id"
+        ).fetchall()
+
+
+def compaction_events(path) -> list[tuple]:
+    with closing(sqlite3.connect(path)) as conn:
+        return conn.execute(
+            "SELECT session_id, run_id, json_extract(detail, '$.action'),"
+            " json_extract(detail, '$.reason') FROM audit WHERE event = 'compaction' ORDER BY id"
+        ).fetchall()
+
+
+def interrupt(proc: subprocess.Popen) -> tuple[int, str]:
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)  # well before the answers would come
+    return proc.returncode, err.decode()
+
+
+def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, server):
+    w = VolumeWriter(tmp_path / "agent.db")
+    sessions = [due_thread(w, f"discord:{n}") for n in range(5)]
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    server.latency = 60  # the answers would come long after the Ctrl-C
+    before = table_dump(w.path)
+    proc = start_compact(w.path, config, "--concurrency", "2", "--json")
+    wait_for(lambda: server.in_flight == 2)
+    code, err = interrupt(proc)
+    assert code == 130, err
+    assert err.splitlines() == [
+        "volumetool: interrupted; the 2 model call(s) under way are recorded as failed runs"
+        " (the provider may bill them); what was committed before stays"
+    ]
+    runs = compaction_runs(w.path)
+    assert (
+        len(runs) == 2 and len({r[0] for r in runs}) == 2 and {r[0] for r in runs} <= set(sessions)
+    )
+    for _, status, input_tokens, output_tokens, error in runs:
+        # No answer was read: the tokens are unknown, never 0.
+        assert (status, input_tokens, output_tokens, error) == ("error", None, None, INTERRUPTED)
+    events = compaction_events(w.path)
+    assert [(e[0], e[2], e[3]) for e in events] == [(r[0], "failed", INTERRUPTED) for r in runs]
+    after = table_dump(w.path)
+    assert after["messages"] == before["messages"] and after["sessions"] == before["sessions"]
+    assert len(server.requests) == 2  # the three threads not started were not called
+
+
+def test_ctrl_c_in_a_fold_sent_in_parts_keeps_what_the_parts_that_answered_reported(
+    tmp_path, server
+):
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "long", turns=30)
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    second = threading.Event()
+
+    def hold_the_second_part(body):
+        if len(server.requests) >= 2:
+            second.set()
+            time.sleep(60)
+
+    server.on_request = hold_the_second_part
+    before = table_dump(w.path)
+    proc = start_compact(w.path, config, "--max-input-tokens", "6000")
+    wait_for(second.is_set)
+    code, err = interrupt(proc)
+    assert code == 130, err
+    assert "the 1 model call(s) under way are recorded as failed runs" in err
+    # The first part answered and reported its usage; the second is under way.
+    [(_, status, input_tokens, output_tokens, error)] = compaction_runs(w.path)
+    assert (status, error) == ("error", INTERRUPTED)
+    assert (input_tokens, output_tokens) == (server.usage["input"], server.usage["output"])
+    after = table_dump(w.path)
+    assert after["messages"] == before["messages"] and after["sessions"] == before["sessions"]
+
+
+@pytest.mark.parametrize("waiting_for", ["planning", "turn"])
+def test_an_answer_waiting_to_be_written_at_ctrl_c_is_recorded_not_committed(
+    monkeypatch, waiting_for
+):
+    """The writes wait for the planning and go one at a time: an answer that came back but
+    still waits to be written when Ctrl-C comes is paid for, so it is recorded as a failure
+    with its usage; it is not committed (the user asked to stop). A write under way finishes
+    in its thread, and a call that never answered is recorded as it is."""
+    from volumetool.compaction import run
+    from volumetool.compaction.store import RunTimes
+    from volumetool.compaction.summarize import Summary
+    from volumetool.usage import Usage
+
+    written: list[run.Ending] = []
+    monkeypatch.setattr(run, "finish", lambda job, ending: written.append(ending) or ending)
+    usage = Usage(1200, 80, 1200)
+    answered = run.Ending("m", RunTimes("t0", "t1"), summary=Summary("A summary.", usage))
+    unanswered = run.Ending("m", RunTimes("t0", "t1"), failure=INTERRUPTED, usage=Usage())
+
+    async def scenario() -> None:
+        writes = run._Writes()
+        if waiting_for == "turn":
+            writes.planned.set()
+            await writes.turn.acquire()  # another thread's write holds the turn
+        task = asyncio.ensure_future(writes.write("job", answered))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        writes.planned.set()
+        if writes.turn.locked():
+            writes.turn.release()
+        assert (await task).failure == INTERRUPTED_AFTER
+        # A call that never answered was already recorded as interrupted: Ctrl-C again stops it.
+        again = asyncio.ensure_future(writes.write("job", unanswered))  # type: ignore[arg-type]
+        await writes.turn.acquire()
+        await asyncio.sleep(0)
+        again.cancel()
+        writes.turn.release()
+        with pytest.raises(asyncio.CancelledError):
+            await again
+
+    asyncio.run(scenario())
+    [ending] = written
+    assert (ending.summary, ending.failure, ending.usage) == (None, INTERRUPTED_AFTER, usage)
