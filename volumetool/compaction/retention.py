@@ -643,7 +643,7 @@ def _code(text: str) -> list[_Token]:
         return []
     whole = _scanner().fullmatch(inner)
     if whole is not None:
-        return list(_parsed(whole.lastgroup or "", inner).tokens)
+        return list(_parsed(whole.lastgroup or "", inner))
     if len(inner) > CODE_SPAN_MAX_CHARS:
         return _tokens(inner)
     return _named("code", inner, _normal(inner))
@@ -686,36 +686,16 @@ _HANDLERS: dict[str, Callable[[str], list[_Token]]] = {
 }
 
 
-class _Parse(NamedTuple):
-    """What a matched text means: its candidate facts, and what a summary that holds it
-    offers to the facts it is matched against: value keys, names and git hashes."""
-
-    tokens: tuple[_Token, ...]
-    offers: tuple[str, ...]
-    names: tuple[str, ...]
-    hashes: tuple[str, ...]
-
-
 @functools.lru_cache(maxsize=8192)
-def _parsed(branch: str, text: str) -> _Parse:
+def _parsed(branch: str, text: str) -> tuple[_Token, ...]:
     """What a matched text means; the same ids and numbers recur through a conversation, and
     a summary repeats the fold's: read while the model writes, they cost the summary less."""
-    tokens = tuple(_HANDLERS[branch](text))
-    names: list[str] = []
-    hashes: list[str] = []
-    for fact, _, _ in tokens:
-        matcher = _MATCHER.get(fact.kind, "name")
-        if matcher == "name":
-            names.extend(_names(fact))
-        elif matcher == "hash":
-            hashes.append(fact.key)
-    offers = tuple(key for token in tokens for key in token.offers)
-    return _Parse(tokens, offers, tuple(names), tuple(hashes))
+    return tuple(_HANDLERS[branch](text))
 
 
 def _tokens(text: str) -> list[_Token]:
     """The candidate facts of a text, left to right."""
-    return [token for branch, found in _scan(text) for token in _parsed(branch, found).tokens]
+    return [token for branch, found in _scan(text) for token in _parsed(branch, found)]
 
 
 def _scan(text: str) -> list[tuple[str, str]]:
@@ -1012,16 +992,23 @@ class _Summary:
 
     def __init__(self, summary: str) -> None:
         self.summary = summary
+        self.keys: set[str] = set()
+        self.names: set[str] = set()
+        self.hashes: list[str] = []
         # Read as the fold side reads text, and each code span also opened up (`v1.2.3`
         # carries its version, `spark.executor.memory=8g` a name and a size): a fact either
         # reading offers is found. A span is read on its own, a boundary on both sides.
         matches = set(_scan(summary))
         for span in [found for branch, found in matches if branch == "code"]:
             matches.update(_scan(span[1:-1]))
-        parses = [_parsed(branch, found) for branch, found in matches]
-        self.keys: set[str] = set().union(*(parse.offers for parse in parses))
-        self.names: set[str] = set().union(*(parse.names for parse in parses))
-        self.hashes = [key for parse in parses for key in parse.hashes]
+        for branch, found in matches:
+            for fact, _, offers in _parsed(branch, found):
+                self.keys.update(offers)
+                matcher = _MATCHER.get(fact.kind, "name")
+                if matcher == "name":
+                    self.names.update(_names(fact))
+                elif matcher == "hash":
+                    self.hashes.append(fact.key)
         # "25/11", "30.11": read generously on this side only, where a wrong reading can make
         # a fact found but never make one up.
         for two, one, second in _SHORT_DATE.findall(summary):
