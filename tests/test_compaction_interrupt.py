@@ -139,6 +139,7 @@ def test_an_answer_waiting_to_be_written_at_ctrl_c_is_recorded_not_committed(
     with its usage; it is not committed (the user asked to stop). A write under way finishes
     in its thread, and a call that never answered is recorded as it is."""
     from volumetool.compaction import run
+    from volumetool.compaction.retention import Retention
     from volumetool.compaction.store import RunTimes
     from volumetool.compaction.summarize import Summary
     from volumetool.usage import Usage
@@ -146,7 +147,8 @@ def test_an_answer_waiting_to_be_written_at_ctrl_c_is_recorded_not_committed(
     written: list[run.Ending] = []
     monkeypatch.setattr(run, "finish", lambda job, ending: written.append(ending) or ending)
     usage = Usage(1200, 80, 1200)
-    answered = run.Ending("m", RunTimes("t0", "t1"), summary=Summary("A summary.", usage))
+    times, kept = RunTimes("t0", "t1"), Retention(0.5, ["PR #204"], 2, 1)
+    answered = run.Ending("m", times, summary=Summary("A summary.", usage), kept=kept)
     unanswered = run.Ending("m", RunTimes("t0", "t1"), failure=INTERRUPTED, usage=Usage())
 
     async def scenario() -> None:
@@ -172,5 +174,5 @@ def test_an_answer_waiting_to_be_written_at_ctrl_c_is_recorded_not_committed(
             await again
 
     asyncio.run(scenario())
-    [ending] = written
-    assert (ending.summary, ending.failure, ending.usage) == (None, INTERRUPTED_AFTER, usage)
+    # Recorded with everything the answer had but its text: model, times, usage, retention.
+    assert written == [run.Ending("m", times, failure=INTERRUPTED_AFTER, usage=usage, kept=kept)]

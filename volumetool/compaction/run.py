@@ -390,12 +390,10 @@ class Ending:
 
     def interrupted(self) -> Ending:
         """This ending, once Ctrl-C came before it was written: recorded, not committed."""
-        if self.failure is not None:
+        if self.summary is None:
             return self  # a failure is recorded as it is
-        usage = self.summary.usage if self.summary else self.usage
-        return Ending(
-            self.model, self.times, failure=INTERRUPTED_AFTER, usage=usage, kept=self.kept
-        )
+        usage, kept = self.summary.usage, self.kept
+        return Ending(self.model, self.times, failure=INTERRUPTED_AFTER, usage=usage, kept=kept)
 
 
 def _tokens(usage: Usage) -> dict:
