@@ -72,7 +72,11 @@ def interrupt(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, err.decode()
 
 
-def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, server):
+@pytest.mark.parametrize("settled", [0.0, 1.0], ids=["while-planning", "after-planning"])
+def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, server, settled):
+    """Right after the calls went out, the Ctrl-C lands while the other threads are planned; a
+    second later, once planning is over and the run waits for the calls, beside the threads
+    still waiting for their turn to call."""
     w = VolumeWriter(tmp_path / "agent.db")
     sessions = [due_thread(w, f"discord:{n}") for n in range(5)]
     w.close()
@@ -81,6 +85,7 @@ def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, serv
     before = table_dump(w.path)
     proc = start_compact(w.path, config, "--concurrency", "2", "--json")
     wait_for(lambda: server.in_flight == 2)
+    time.sleep(settled)
     code, err = interrupt(proc)
     assert code == 130, err
     assert err.splitlines() == [
