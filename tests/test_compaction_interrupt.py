@@ -11,18 +11,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from contextlib import closing
 
 import pytest
 
 from tests.support.model_server import ModelServer
 from tests.support.volumes import VolumeWriter, due_thread, table_dump
-from tests.test_compaction import write_config
+from tests.test_cli import wait_for
+from tests.test_compaction import rows, write_config
 from volumetool.compaction.run import INTERRUPTED, INTERRUPTED_AFTER
 
 KEY = "sk-test-interrupt-0123456789abcdef"
@@ -43,27 +42,15 @@ def start_compact(path, config, *args) -> subprocess.Popen:
     )
 
 
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def compaction_runs(path) -> list[tuple]:
-    with closing(sqlite3.connect(path)) as conn:
-        return conn.execute(
-            "SELECT session_id, status, input_tokens, output_tokens, error FROM runs"
-            " WHERE trigger = 'compaction' ORDER BY id"
-        ).fetchall()
+    sql = "SELECT session_id, status, input_tokens, output_tokens, error FROM runs"
+    return rows(path, sql + " WHERE trigger = 'compaction' ORDER BY id")
 
 
 def compaction_events(path) -> list[tuple]:
-    with closing(sqlite3.connect(path)) as conn:
-        return conn.execute(
-            "SELECT session_id, run_id, json_extract(detail, '$.action'),"
-            " json_extract(detail, '$.reason') FROM audit WHERE event = 'compaction' ORDER BY id"
-        ).fetchall()
+    detail = "json_extract(detail, '$.action'), json_extract(detail, '$.reason')"
+    sql = f"SELECT session_id, run_id, {detail} FROM audit WHERE event = 'compaction' ORDER BY id"
+    return rows(path, sql)
 
 
 def interrupt(proc: subprocess.Popen) -> tuple[int, str]:
