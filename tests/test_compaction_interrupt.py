@@ -61,9 +61,9 @@ def interrupt(proc: subprocess.Popen) -> tuple[int, str]:
 
 @pytest.mark.parametrize("settled", [0.0, 1.0], ids=["while-planning", "after-planning"])
 def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, server, settled):
-    """Right after the calls went out, the Ctrl-C lands while the other threads are planned; a
-    second later, once planning is over and the run waits for the calls, beside the threads
-    still waiting for their turn to call."""
+    """Right after the calls went out, the Ctrl-C lands while the other threads are planned
+    (or just after: both must end the same way); a second later, surely once planning is over
+    and the run waits for the calls, beside the threads still waiting for their turn to call."""
     w = VolumeWriter(tmp_path / "agent.db")
     sessions = [due_thread(w, f"discord:{n}") for n in range(5)]
     w.close()

@@ -623,33 +623,33 @@ async def summarize_all(
                 await asyncio.sleep(0)
                 await client.traffic.quiet()
 
+            def planning_over() -> None:
+                candidates.close()  # the last snapshot ends: nothing may write while it is open
+                writes.planned.set()
+
             tasks = [asyncio.create_task(one(job)) for job in first]
-            gathering = False
             try:
                 await requests_first()
                 for job in candidates:
                     if job is not None:
                         tasks.append(asyncio.create_task(one(job)))
                     await requests_first()
-                writes.planned.set()
+                planning_over()
                 on_planned(len(tasks))
-                gathering = True
                 return list(await asyncio.gather(*tasks))
             except (Exception, asyncio.CancelledError) as exc:
                 # A bug while planning: the calls already made are written first. Ctrl-C: the
-                # calls are stopped (the gather stops those it waits for), and every one under
-                # way is recorded before the cancellation goes on. Either way the snapshot of
-                # the volume being planned ends first: nothing may write while it is open.
-                candidates.close()
-                writes.planned.set()
-                if isinstance(exc, asyncio.CancelledError) and not gathering:
+                # calls are stopped (once planned, by the gather, which stops those it waits
+                # for), and every one under way is recorded before the cancellation goes on.
+                while_planning = not writes.planned.is_set()
+                planning_over()
+                if isinstance(exc, asyncio.CancelledError) and while_planning:
                     for task in tasks:
                         task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
-            finally:  # whatever stopped the planning, its snapshot ends and no write waits
-                candidates.close()
-                writes.planned.set()
+            finally:
+                planning_over()  # whatever stopped it (Ctrl-C twice), no write waits for ever
 
 
 def open_volume(argument: str | None, request: Request, stack: contextlib.ExitStack) -> Volume:
