@@ -168,3 +168,68 @@ def test_an_answer_waiting_to_be_written_at_ctrl_c_is_recorded_not_committed(
     asyncio.run(scenario())
     # Recorded with everything the answer had but its text: model, times, usage, retention.
     assert written == [run.Ending("m", times, failure=INTERRUPTED_AFTER, usage=usage, kept=kept)]
+
+
+@pytest.mark.parametrize("answer", ["failure", "summary", "no call"])
+def test_ctrl_c_while_the_folds_facts_are_still_read_keeps_what_the_call_cost(monkeypatch, answer):
+    """The fold's facts are read in a thread while the model writes; a fast answer may come
+    back before that reading ends (a 1 MB fold takes tens of ms). Ctrl-C while the thread
+    waits for it must not lose the call: a failure that came back is returned as it is, an
+    answer as interrupted before it was committed (its facts were not all read), each with
+    what the call reported. A second Ctrl-C stops at once; so does the first when no call was
+    made (the endpoint was known unusable)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    from volumetool.compaction import run
+    from volumetool.compaction.summarize import Summary, SummaryFailed
+    from volumetool.usage import Usage
+
+    usage = Usage(900, 40, 900)
+    reading = threading.Event()
+
+    async def summarize(client, system, previous, fold, limits, spent):
+        if answer == "no call":
+            raise SummaryFailed("the endpoint refused the key", Usage(), unusable=True)
+        spent.sent, spent.usage = True, usage
+        if answer == "failure":
+            raise SummaryFailed("finish_reason content_filter", usage)
+        return Summary("A summary.", usage)
+
+    def fold_facts(previous, fold):
+        reading.wait(5)
+        return []
+
+    async def quiet() -> None:
+        return None
+
+    monkeypatch.setattr(run, "summarize", summarize)
+    monkeypatch.setattr(run, "fold_facts", fold_facts)
+    client = SimpleNamespace(
+        endpoint=SimpleNamespace(model="m"), traffic=SimpleNamespace(quiet=quiet)
+    )
+    job = SimpleNamespace(thread=SimpleNamespace(summary=None), plan=SimpleNamespace(fold=()))
+
+    async def scenario(presses: int) -> run.Ending:
+        reading.clear()
+        with ThreadPoolExecutor(1) as reader:
+            task = asyncio.ensure_future(
+                run.summarize_job(job, client, "system", run.Limits(), None, reader)  # type: ignore[arg-type]
+            )
+            await asyncio.sleep(0.05)  # answered; the facts are still being read
+            for _ in range(presses):
+                task.cancel()
+                await asyncio.sleep(0.01)
+            reading.set()
+            return await task
+
+    if answer == "no call":
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(scenario(1))
+        return
+    ending = asyncio.run(scenario(1))
+    expected = "finish_reason content_filter" if answer == "failure" else INTERRUPTED_AFTER
+    assert (ending.failure, ending.usage, ending.summary) == (expected, usage, None)
+    if answer == "failure":  # it waits for the reading to end, and Ctrl-C again stops that
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(scenario(2))

@@ -506,6 +506,7 @@ async def summarize_job(
     started = now_iso()
     previous, fold = job.thread.summary, job.plan.fold
     spent = Spent()
+    answered = interrupted = False
 
     async def read_facts() -> list[Fact]:
         await client.traffic.quiet()  # background work: the requests being written go first
@@ -514,6 +515,7 @@ async def summarize_job(
     facts = asyncio.ensure_future(read_facts())
     try:
         summary = await summarize(client, system, previous, fold, limits, spent)
+        answered = True
         # Imported by fold_facts in the reader thread, unless the answer came back before
         # that thread started on this fold: then it is imported here, once.
         from volumetool.compaction.retention import retention_of
@@ -538,10 +540,20 @@ async def summarize_job(
         if not spent.sent:
             raise  # no request went out: nothing to account for
         # The cancellation goes on once this is written (`summarize_all`).
-        return Ending(model, RunTimes(started, now_iso()), failure=INTERRUPTED, usage=spent.usage)
+        interrupted = True
+        failure = INTERRUPTED_AFTER if answered else INTERRUPTED  # the facts were still read
+        return Ending(model, RunTimes(started, now_iso()), failure=failure, usage=spent.usage)
     finally:
-        if not facts.done():
-            await asyncio.wait([facts])  # a thread cannot be cancelled: let it finish
+        # A thread cannot be cancelled: its reading of the facts is waited for. Ctrl-C during
+        # that wait keeps the ending being returned, as Ctrl-C during the call would (a call
+        # made is recorded); a second Ctrl-C stops at once.
+        while not facts.done():
+            try:
+                await asyncio.wait([facts])
+            except asyncio.CancelledError:
+                if interrupted or not spent.sent:
+                    raise
+                interrupted = True
 
 
 class _Writes:
@@ -563,8 +575,9 @@ class _Writes:
                 under_way = True
                 return await asyncio.to_thread(finish, job, ending)
         except asyncio.CancelledError:
-            if under_way or ending.failure == INTERRUPTED:  # written in its thread; or Ctrl-C
-                raise  # twice: stop now
+            # Written in its thread, or the ending of a call Ctrl-C stopped (Ctrl-C twice): stop.
+            if under_way or ending.failure in (INTERRUPTED, INTERRUPTED_AFTER):
+                raise
             await self.planned.wait()
             async with self.turn:
                 return await asyncio.to_thread(finish, job, ending.interrupted())
