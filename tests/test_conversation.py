@@ -13,8 +13,10 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import cmarkgfm
 import pytest
-from hypothesis import given, settings
+from cmarkgfm.cmark import Options
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from wcwidth import wcswidth
@@ -441,10 +443,30 @@ markdown_text = st.lists(
         st.characters(codec="ascii", exclude_categories=("Cc",)),
         st.sampled_from(["\n", "\n\n", "é", "日本", "\u05d0", "  ", "&nbsp;", "&#60;", "```"]),
         st.sampled_from([*"*_#>-+=.)[]()<>&|~`!\\:", "1.", "a", " "]),
+        st.sampled_from(["://", "https://x.io", "www.", "WWW.", "evil.com", "@", "mailto:"]),
     ),
     min_size=1,
     max_size=40,
 ).map("".join)
+
+
+def github(document: str) -> str:
+    """The document as GitHub's renderer makes it HTML, before GitHub's sanitizer."""
+    return cmarkgfm.github_flavored_markdown_to_html(document, options=Options.CMARK_OPT_UNSAFE)
+
+
+# A bare e-mail address (or mailto:, xmpp:) GitHub links whatever is escaped; the README says so.
+GITHUB_LINK = re.compile(r'<a href="(?!mailto:|xmpp:)|<img|<script', re.I)
+
+
+@settings(max_examples=300)
+@given(markdown_text)
+def test_markdown_text_is_no_link_on_github(content):
+    """What GitHub's Markdown links without brackets (`https://…`, `www.…`) stays text."""
+    linkable = re.search(r"(?i)[a-z]://|(?<![a-z0-9])www\.", content) is not None
+    event(f"a scheme's :// or www. in the content: {linkable}")
+    html = github(markdown([msg(1, "user", content)]))
+    assert not GITHUB_LINK.search(html), html
 
 
 @settings(max_examples=300)

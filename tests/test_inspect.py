@@ -251,6 +251,81 @@ def test_audit_detail_that_is_not_json_is_shown_as_text(writer, run_cli):
     assert rows[0]["detail"] == "not json {"
 
 
+def _strict(text: str) -> object:
+    """JSON as every parser reads it: no NaN or Infinity, no name twice."""
+
+    def pairs(items):
+        assert len(dict(items)) == len(items), f"a name given twice: {items}"
+        return dict(items)
+
+    def constant(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=constant, object_pairs_hook=pairs)
+
+
+# JSON an agent may store that Python's json would read into something else, or not write
+# back: each is listed as the text it is. Depth 100 still reads as structure.
+PLANTED_JSON = {
+    "nested 1000 deep": '{"action":"x","d":' + "[" * 1000 + "]" * 1000 + "}",
+    "NaN": '{"action":"x","v":NaN}',
+    "Infinity": '{"action":"x","v":-Infinity}',
+    "1e400": '{"action":"x","v":1e400}',
+    "a name twice": '{"action":"remember","key":"a","key":"b"}',
+    "a lone surrogate": '{"action":"remember","key":"\\ud800x"}',
+    "a low surrogate": '["\\udc00"]',
+}
+
+
+@pytest.mark.parametrize("planted", sorted(PLANTED_JSON))
+def test_stored_json_that_would_not_read_back_the_same_is_listed_as_its_text(
+    writer, run_cli, planted
+):
+    """A listing's machine formats are valid JSON, and faithful: an audit detail or tool calls
+    that Python's json would read otherwise than SQLite (a name twice), turn into what JSON
+    cannot hold (NaN, 1e400 as Infinity, a lone surrogate), or not read at all (a thousand
+    levels deep) are the stored text, every row is listed, and the command succeeds."""
+    text = PLANTED_JSON[planted]
+    writer.audit("permission", {"action": "before"})
+    writer.audit("memory", text)
+    writer.audit("permission", {"action": "after"})
+    thread = writer.thread("k")
+    writer.message(thread, "user", "hello")
+    writer.insert(
+        "messages",
+        session_id=thread,
+        role="assistant",
+        content="",
+        tool_calls=text,
+        created_at=writer.tick(),
+    )
+    for args, read in (
+        (["--json"], _strict),
+        (["--nl"], lambda out: [_strict(line) for line in out.splitlines()]),
+    ):
+        result = run_cli("audit", writer.path, *args)
+        assert result.exit_code == 0, result
+        rows = read(result.stdout)
+        assert [r["detail"] for r in rows] == [{"action": "after"}, text, {"action": "before"}]
+        result = run_cli("transcript", writer.path, "k", *args)
+        assert result.exit_code == 0, result
+        assert [r["tool_calls"] for r in read(result.stdout)] == [None, text]
+    rows = list(csv.DictReader(io.StringIO(run_cli("audit", writer.path, "--csv").stdout)))
+    assert rows[1]["detail"] == text
+    view = run_cli("transcript", writer.path, "k")  # the conversation view reads the calls
+    assert view.exit_code == 0, view
+    assert "internal error" not in view.stderr
+
+
+def test_stored_json_a_hundred_levels_deep_is_still_listed_as_structure(writer, run_cli):
+    nested: object = []
+    for _ in range(99):
+        nested = [nested]
+    writer.audit("memory", {"action": "x", "d": nested})  # the detail: depth 100
+    rows = _strict(run_cli("audit", writer.path, "--json").stdout)
+    assert rows[0]["detail"] == {"action": "x", "d": nested}
+
+
 @pytest.mark.parametrize(
     "listing", [["sessions"], ["runs"], ["audit"], ["memories", "list"], ["transcript", "KEY"]]
 )
@@ -347,3 +422,62 @@ def test_since_before_the_year_1000_still_sorts_as_a_timestamp(volume, run_cli):
     every = json.loads(run_cli("runs", volume["path"], "--json").stdout)
     since = json.loads(run_cli("runs", volume["path"], "--since", "0999-01-01", "--json").stdout)
     assert since == every
+
+
+def test_token_figures_that_are_not_counts_add_nothing_and_never_overflow(tmp_path, run_cli):
+    """An agent's runs may hold any token figure. Totals count what volumetool itself would
+    store (a non-negative integer below 2^53); two figures near 2^63, which make SQLite's
+    sum() stop with "integer overflow", a negative one, text and a real add nothing, and every
+    command that totals tokens still reads the volume."""
+    writer = VolumeWriter(tmp_path / "agent.db")
+    thread = writer.thread("k")
+    writer.run(thread, input_tokens=100, output_tokens=7)
+    run = writer.run(thread, trigger="compaction", input_tokens=40, output_tokens=3)
+    writer.insert("compactions", run_id=run, session_id=thread, saved_tokens=-12)
+    for bad in (2**63 - 1, 2**63 - 1, 2**53, -5, "twelve", 1.5):
+        writer.run(thread, input_tokens=bad, output_tokens=bad)  # type: ignore[arg-type]
+    writer.close()
+    other = VolumeWriter(tmp_path / "other.db")
+    other.close()
+    status = run_cli("status", writer.path, "--json")
+    assert status.exit_code == 0, status
+    tokens = json.loads(status.stdout)["tokens"]
+    assert tokens == {
+        "input": 140,
+        "output": 10,
+        "compaction_input": 40,
+        "compaction_output": 3,
+        "compaction_saved": -12,
+    }
+    fleet = run_cli("status", writer.path, other.path, "--json")
+    assert fleet.exit_code == 0, fleet
+    assert [row["error"] for row in json.loads(fleet.stdout)] == [None, None]
+    metrics = run_cli("status", writer.path, "--prometheus")
+    assert metrics.exit_code == 0, metrics
+    up = [line for line in metrics.stdout.splitlines() if line.startswith("volumetool_volume_up{")]
+    assert [line.rsplit(" ", 1)[1] for line in up] == ["1"]
+    report = run_cli("report", writer.path, "-o", tmp_path / "report.html")
+    assert report.exit_code == 0, report
+
+
+def test_a_damaged_row_after_the_first_stops_the_listing_and_leaves_json_unclosed(writer, run_cli):
+    """Text that is not UTF-8 further down a listing is met only once rows were written: the
+    listing stops there (exit 2, one line pointing at `check`), the JSON array stays unclosed
+    so that no parser takes the rows before for the whole, and `check` names the row."""
+    for key in ("a", "b"):
+        writer.memory(key, "v")
+    writer.conn.execute(
+        "INSERT INTO memories VALUES (CAST(x'62ff' AS TEXT), 'v', ?, ?)",
+        (writer.tick(), writer.tick()),
+    )
+    writer.memory("c", "v")
+    result = run_cli("memories", "list", writer.path, "--json", "-n", "0")
+    assert result.exit_code == 2 and "not UTF-8" in result.stderr, result
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout.startswith("[") and not result.stdout.rstrip().endswith("]")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(result.stdout)
+    lines = run_cli("memories", "list", writer.path, "--nl", "-n", "0").stdout.splitlines()
+    assert [json.loads(line)["key"] for line in lines] == ["a", "b"]
+    check = json.loads(run_cli("check", writer.path, "--json").stdout)
+    assert [(p["check"], p["table"], p["ids"]) for p in check] == [("integrity", "memories", [3])]

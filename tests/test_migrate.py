@@ -380,6 +380,20 @@ PLANTED = [
     ("audit-detail-not-object", "audit", "UPDATE audit SET detail = 'not json'"),
     ("tool-calls-not-array", "messages", "UPDATE messages SET tool_calls = '{}' WHERE id = 2"),
     ("audit-missing-run", "audit", "UPDATE audit SET run_id = 42"),
+    # Text that is not UTF-8: every other command calls the file damaged and stops there.
+    (
+        "integrity",
+        "sessions",
+        "UPDATE sessions SET conversation_key = CAST(x'6b6579ff' AS TEXT) WHERE id = 2",
+    ),
+    ("integrity", "messages", "UPDATE messages SET content = 'ok ' || x'c3' WHERE id = 3"),
+    ("integrity", "messages", "UPDATE messages SET tool_call_id = CAST(x'610062ff' AS TEXT)"),
+    (
+        "integrity",
+        "memories",
+        "INSERT INTO memories VALUES (CAST(x'6d656dff' AS TEXT), 'v',"
+        " '2026-11-30T00:00:00.000Z', '2026-11-30T00:00:00.000Z')",
+    ),
 ]
 
 

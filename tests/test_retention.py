@@ -356,6 +356,17 @@ def test_memory_keys_are_read_from_the_anthropic_tool_use_shape():
     assert [f.text for f in facts_of_fold(None, fold)] == ["tz"]
 
 
+@pytest.mark.parametrize("where", ["calls", "arguments"])
+def test_calls_nested_a_thousand_levels_deep_add_no_facts_and_no_error(where):
+    """Planted tool calls that Python's json cannot read (RecursionError) are not JSON here:
+    the fold's other facts are still read."""
+    deep = "[" * 1000 + "]" * 1000
+    arguments = '"' + deep + '"' if where == "arguments" else '{"key": "k", "v": ' + deep + "}"
+    calls = '[{"function": {"name": "remember", "arguments": ' + arguments + "}}]"
+    fold = [Message(1, "user", "Deploy PR #204."), Message(2, "assistant", "", calls)]
+    assert [f.text for f in facts_of_fold(None, fold)] == ["#204"]
+
+
 def test_tool_results_and_other_call_arguments_add_no_facts():
     arguments = {"order_id": "48213", "window": "06:00-12:00", "sql": "SELECT * FROM t_orders"}
     fold = [

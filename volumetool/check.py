@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from volumetool.errors import Damaged, SchemaMismatch, UnusableInput
+from volumetool.errors import NOT_UTF8, Damaged, SchemaMismatch, UnusableInput
+from volumetool.format import CURRENT_SCHEMA
 from volumetool.timefmt import SQL_IS_TIMESTAMP, TIMESTAMP_FORM
 from volumetool.volume import (
     DEFAULT_BUSY_TIMEOUT,
@@ -146,6 +148,45 @@ def problems(conn: sqlite3.Connection) -> Iterator[Problem]:
         ids = tuple(r[0] for r in conn.execute(sql))
         if ids:
             yield Problem(check, table, ids, message)
+    yield from _not_utf8(conn)
+
+
+def _not_utf8(conn: sqlite3.Connection) -> Iterator[Problem]:
+    """Rows of the format's tables holding text that is not UTF-8 (written as bytes, or pages
+    overwritten): every other command stops at them, calling the file damaged, so they are
+    `integrity` findings. Each table is read whole as the other commands read it (sqlite3
+    decodes in C); only a table where that fails is read again, row by row, for the ids."""
+    for (kind, table), definition in CURRENT_SCHEMA.items():
+        if kind != "table":
+            continue
+        columns = [column.name for column in definition.columns]
+        try:
+            collections.deque(conn.execute(f"SELECT {', '.join(columns)} FROM {table}"), 0)
+            continue
+        except sqlite3.OperationalError as exc:
+            if not str(exc).startswith(NOT_UTF8):
+                raise
+        texts = ", ".join(
+            f"CASE WHEN typeof({c}) = 'text' THEN CAST({c} AS BLOB) END" for c in columns
+        )
+        ids, named = [], set()
+        for rowid, *values in conn.execute(f"SELECT rowid, {texts} FROM {table} ORDER BY rowid"):
+            bad = {column for column, value in zip(columns, values, strict=True) if _broken(value)}
+            if bad:
+                ids.append(rowid)
+                named |= bad
+        message = f"text that is not UTF-8 in {', '.join(sorted(named))} (ids are rowids)"
+        yield Problem("integrity", table, tuple(ids), message)
+
+
+def _broken(value: bytes | None) -> bool:
+    if value is None:
+        return False
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def integrity_check(conn: sqlite3.Connection) -> list[str]:

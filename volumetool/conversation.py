@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from wcwidth import wcswidth, wcwidth
 
-from volumetool.render import escape_control
+from volumetool.render import escape_control, json_value
 
 RULE = "──"
 SUMMARY_RULE = "══"
@@ -87,10 +87,8 @@ def _call(item: object) -> Call:
     arguments = source.get("arguments", source.get("input"))
     parsed = True
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            parsed = False
+        text, arguments = arguments, json_value(arguments)
+        parsed = arguments is not text  # the text itself when it is not JSON to show as such
     call_id = item.get("id")
     return Call(name, arguments, call_id if isinstance(call_id, str) else None, parsed)
 
@@ -390,6 +388,10 @@ _MD_ENTITIES = {"<": "&lt;", "&": "&amp;"}
 _MD_BLOCK_START = re.compile(r"^(?:[#>+=-]|\d{1,9}(?=[.)]))")
 # A heading's closing sequence: trailing #s after a space would vanish.
 _MD_CLOSING = re.compile(r"(?:^|(?<= ))#+ *$")
+# What GitHub's Markdown links without brackets: a scheme's "://", and "www." at a word's start
+# (escaping "<" already rules out CommonMark's own autolinks). A bare e-mail address it links
+# whatever is escaped; the README says so.
+_MD_AUTOLINK = re.compile(r":(?=//)|(?<=(?<![A-Za-z0-9])[wW]{3})\.")
 
 
 def md_inline(text: str) -> str:
@@ -397,6 +399,7 @@ def md_inline(text: str) -> str:
     no link, no block of its own."""
     stripped = text.lstrip(" ")
     escaped = _MD_INLINE.sub(lambda m: _MD_ENTITIES.get(m[0], "\\" + m[0]), stripped)
+    escaped = _MD_AUTOLINK.sub(lambda m: "\\" + m[0], escaped)
     escaped = _MD_BLOCK_START.sub(
         lambda m: m[0] + "\\" if m[0][0].isdigit() else "\\" + m[0], escaped
     )

@@ -99,7 +99,7 @@ _WRITE_FAILED = {"SQLITE_FULL", "SQLITE_IOERR"}
 _DAMAGED_EXTENDED = {"SQLITE_IOERR_SHORT_READ"}
 # Raised by Python's sqlite3 module, not by SQLite, when stored text is not UTF-8: in an agent
 # file that only happens when pages were overwritten.
-_NOT_UTF8 = "Could not decode to UTF-8"
+NOT_UTF8 = "Could not decode to UTF-8"
 
 
 def _primary(name: str) -> str:
@@ -110,7 +110,7 @@ def from_sqlite(exc: sqlite3.Error, path: object) -> VolumetoolError:
     """Translate an SQLite error met while using `path` into its exit-code exception."""
     name = getattr(exc, "sqlite_errorname", None) or ""
     text = str(exc)
-    if not name and text.startswith(_NOT_UTF8):
+    if not name and text.startswith(NOT_UTF8):
         return Damaged(path, "text that is not UTF-8")
     primary = _primary(name)
     if primary in _BUSY:

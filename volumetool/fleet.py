@@ -17,6 +17,7 @@ from pathlib import Path
 from volumetool.errors import SchemaMismatch, UnusableInput, VolumetoolError
 from volumetool.settings import MemorySettings
 from volumetool.timefmt import iso
+from volumetool.usage import total_sql
 from volumetool.volume import DEFAULT_BUSY_TIMEOUT, SchemaState, Volume, resolve
 
 # The JSON fields of a row (SPEC section 12), in order.
@@ -93,14 +94,14 @@ def _error_text(exc: VolumetoolError, path: Path) -> str:
 def _read(volume: Volume, now: datetime, memory: MemorySettings | None) -> VolumeStatus:
     with volume.snapshot() as conn:
         sessions = dict(conn.execute("SELECT status, count(*) FROM sessions GROUP BY status"))
-        recent = conn.execute(
-            "SELECT coalesce(sum(input_tokens), 0) + coalesce(sum(output_tokens), 0),"
+        recent_in, recent_out, recent_failed = conn.execute(
+            f"SELECT {total_sql('input_tokens')}, {total_sql('output_tokens')},"
             " count(CASE WHEN status = 'error' THEN 1 END) FROM runs WHERE started_at >= ?",
             (iso(now - RECENT),),
         ).fetchone()
         totals = conn.execute(
             "SELECT count(*), count(CASE WHEN status = 'error' THEN 1 END),"
-            " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0) FROM runs"
+            f" {total_sql('input_tokens')}, {total_sql('output_tokens')} FROM runs"
         ).fetchone()
         due = None if memory is None else count_due(conn, memory)
         agent = volume.agent_name()
@@ -111,8 +112,8 @@ def _read(volume: Volume, now: datetime, memory: MemorySettings | None) -> Volum
         sessions_active=sessions.get("active", 0),
         sessions_archived=sessions.get("archived", 0),
         due=due,
-        tokens_24h=recent[0],
-        failed_runs_24h=recent[1],
+        tokens_24h=recent_in + recent_out,
+        failed_runs_24h=recent_failed,
         schema=schema_word(volume.schema, bool(volume.differences)),
         runs=totals[0],
         failed_runs=totals[1],

@@ -33,6 +33,7 @@ from volumetool.errors import Busy, Damaged, ProblemsFound, UnusableInput, Volum
 from volumetool.memories import prefix_range
 from volumetool.search import index
 from volumetool.timefmt import now_iso
+from volumetool.usage import total_sql
 from volumetool.volume import Volume
 
 # The threads an operation deletes, chosen once per transaction into a temporary table.
@@ -72,7 +73,7 @@ _COUNTS = f"""SELECT
   (SELECT count(*) FROM compactions WHERE session_id IN (SELECT id FROM {_DOOMED})),
   (SELECT count(*) FROM runs WHERE session_id IN (SELECT id FROM {_DOOMED})),
   (SELECT count(*) FROM audit WHERE session_id IN (SELECT id FROM {_DOOMED})),
-  (SELECT coalesce(sum(saved_tokens), 0) FROM compactions
+  (SELECT {total_sql("saved_tokens", signed=True)} FROM compactions
      WHERE session_id IN (SELECT id FROM {_DOOMED}) AND undone_at IS NULL)"""
 
 

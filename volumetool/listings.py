@@ -5,15 +5,15 @@ their limit, so they cost the same on a small file and a large one.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from volumetool.errors import ProblemsFound
-from volumetool.render import listing_limit
+from volumetool.render import json_value, listing_limit
 from volumetool.threads import active_thread
+from volumetool.usage import total_sql
 from volumetool.volume import Volume
 
 SESSION_FIELDS = (
@@ -88,24 +88,14 @@ class Filters:
         return ("WHERE " + " AND ".join(self.clauses)) if self.clauses else ""
 
 
-def _json_value(text: str | None) -> object:
-    """A JSON column as its value; text that is not JSON is shown as it is."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 # What the compactions of threads prune and erase deleted had saved: their events keep it
 # (volumetool's own events only; the agent's are not its word).
 # CASE, not AND: SQLite does not promise to test json_valid before json_extract, which fails
 # on a detail that is not JSON.
-PRUNED_SAVINGS = """SELECT coalesce(sum(CASE WHEN json_valid(detail) THEN
-   CASE WHEN json_extract(detail, '$.action') IN ('prune', 'erase')
-   THEN json_extract(detail, '$.compaction_saved') END END), 0) FROM audit
- WHERE event IN ('thread', 'erase') AND actor = 'volumetool'"""
+PRUNED_SAVINGS = f"""SELECT {total_sql("saved", signed=True)} FROM (SELECT CASE WHEN
+   json_valid(detail) THEN CASE WHEN json_extract(detail, '$.action') IN ('prune', 'erase')
+   THEN json_extract(detail, '$.compaction_saved') END END AS saved FROM audit
+ WHERE event IN ('thread', 'erase') AND actor = 'volumetool')"""
 
 
 def status(volume: Volume) -> dict:
@@ -123,13 +113,15 @@ def status(volume: Volume) -> dict:
             conn.execute("SELECT trigger, count(*) FROM runs GROUP BY trigger ORDER BY trigger")
         )
         errors = scalar("SELECT count(*) FROM runs WHERE status = 'error'")
+        compaction = "trigger = 'compaction'"
         tokens = conn.execute(
-            "SELECT sum(input_tokens), sum(output_tokens),"
-            " sum(CASE WHEN trigger = 'compaction' THEN input_tokens END),"
-            " sum(CASE WHEN trigger = 'compaction' THEN output_tokens END) FROM runs"
+            f"SELECT {total_sql('input_tokens')}, {total_sql('output_tokens')},"
+            f" {total_sql('input_tokens', compaction)}, {total_sql('output_tokens', compaction)}"
+            " FROM runs"
         ).fetchone()
         saved = scalar(
-            "SELECT coalesce(sum(saved_tokens), 0) FROM compactions WHERE undone_at IS NULL"
+            f"SELECT {total_sql('saved_tokens', signed=True)} FROM compactions"
+            " WHERE undone_at IS NULL"
         ) + scalar(PRUNED_SAVINGS)
         by_event = dict(
             conn.execute("SELECT event, count(*) FROM audit GROUP BY event ORDER BY event")
@@ -282,7 +274,7 @@ def transcript(
             yield upcoming[1]
             upcoming = next(pending, None)
         record = dict(zip(TRANSCRIPT_FIELDS, row, strict=True))
-        record["tool_calls"] = _json_value(record["tool_calls"])
+        record["tool_calls"] = json_value(record["tool_calls"])
         yield record
     while upcoming is not None:
         yield upcoming[1]
@@ -352,5 +344,5 @@ def audit(
         ("t.ts >= ?", since),
     )
     for record in _newest_first(conn, "audit", AUDIT_FIELDS, where, limit):
-        record["detail"] = _json_value(record["detail"])
+        record["detail"] = json_value(record["detail"])
         yield record

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,71 @@ def _json_default(value: object) -> str:
 
 def dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=_json_default)
+
+
+# Stored JSON deeper than this is shown as its text: Python's parser and writer recurse, and a
+# planted detail a thousand levels deep would otherwise end a listing half written.
+JSON_MAX_DEPTH = 100
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def json_value(text: str | None) -> object:
+    """A JSON column (an audit detail, tool calls) as its value, when that value is what the
+    text says and writes back as valid JSON; else the text as it is. Shown as text: text that
+    is not JSON, a name given twice (SQLite's json_extract reads the first, Python the last),
+    NaN, Infinity and numbers no float holds (1e400), an escaped lone surrogate (`\\ud800`: no
+    UTF-8 output can hold it), and nesting deeper than JSON_MAX_DEPTH."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(
+            text, object_pairs_hook=_distinct, parse_constant=_no_constant, parse_float=_finite
+        )
+    except (ValueError, RecursionError):
+        return text
+    if _SURROGATE_ESCAPE.search(text) and _has_surrogate(value):
+        return text
+    if text.count("[") + text.count("{") > JSON_MAX_DEPTH and _depth(value) > JSON_MAX_DEPTH:
+        return text
+    return value
+
+
+def _distinct(pairs: list[tuple[str, object]]) -> dict:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("a name given twice")
+    return value
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(number: str) -> float:
+    value = float(number)
+    if math.isinf(value):
+        raise ValueError(f"{number} is out of range")
+    return value
+
+
+def _has_surrogate(value: object) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _depth(value: object) -> int:
+    """How deeply lists and objects nest in a value (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict | list) and children:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def flat(value: object) -> str:

@@ -19,6 +19,18 @@ def count(value: object) -> int | None:
     return None
 
 
+def total_sql(column: str, when: str | None = None, signed: bool = False) -> str:
+    """SQL for the total of a token column over the rows `when` holds, read as `count` reads
+    a figure: what is not one (text, a real, a negative count, a figure past 2^53, all of which
+    an agent's rows may hold) adds nothing. Never SQLite's "integer overflow", which stops
+    sum() past 2^63: total() adds as a float, exact below 2^53. `signed`: a difference (saved
+    tokens) may be negative."""
+    low = -(MAX_COUNT - 1) if signed else 0
+    sane = f"typeof({column}) = 'integer' AND {column} BETWEEN {low} AND {MAX_COUNT - 1}"
+    condition = f"{when} AND {sane}" if when else sane
+    return f"CAST(total(CASE WHEN {condition} THEN {column} END) AS INTEGER)"
+
+
 @dataclass(frozen=True)
 class Usage:
     """Tokens of one model call, or of every call of one run added up. None: not reported."""

@@ -840,7 +840,7 @@ def _calls(tool_calls: str | None) -> Iterator[tuple[str, Any]]:
         return
     try:
         calls = json.loads(tool_calls)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or planted a thousand levels deep
         return
     for call in calls if isinstance(calls, list) else [calls]:
         function = call.get("function", call) if isinstance(call, dict) else None
@@ -850,7 +850,7 @@ def _calls(tool_calls: str | None) -> Iterator[tuple[str, Any]]:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
         yield str(function.get("name", "")), arguments
 

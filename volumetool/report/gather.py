@@ -17,6 +17,7 @@ from volumetool.compaction.plan import MIN_LIVE_TURNS, Due, RunFact, check_due
 from volumetool.compaction.store import STANDING_COMPACTION
 from volumetool.errors import UntrustedSchemaWarning, VolumetoolError
 from volumetool.settings import MemorySettings
+from volumetool.usage import total_sql
 from volumetool.volume import Volume
 
 LARGEST = 20  # threads in the table of the largest
@@ -125,7 +126,7 @@ def token_days(conn: sqlite3.Connection, days: list[str]) -> list[TokenDay]:
     """Runs and tokens per day and trigger inside the window (read through runs_by_started)."""
     rows = conn.execute(
         "SELECT substr(started_at, 1, 10) AS day, trigger, count(*),"
-        " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0)"
+        f" {total_sql('input_tokens')}, {total_sql('output_tokens')}"
         " FROM runs WHERE started_at >= ? AND started_at < ? GROUP BY day, trigger"
         " ORDER BY day, trigger",
         _bounds(days),
@@ -140,7 +141,7 @@ def compaction_days(conn: sqlite3.Connection, days: list[str]) -> list[Compactio
         "SELECT substr(r.started_at, 1, 10) AS day,"
         " sum(r.status = 'ok' AND c.undone_at IS NULL), sum(r.status = 'error'),"
         " sum(c.undone_at IS NOT NULL),"
-        " coalesce(sum(CASE WHEN c.undone_at IS NULL THEN c.saved_tokens END), 0)"
+        f" {total_sql('c.saved_tokens', 'c.undone_at IS NULL', signed=True)}"
         " FROM runs r LEFT JOIN compactions c ON c.run_id = r.id"
         " WHERE r.trigger = 'compaction' AND r.started_at >= ? AND r.started_at < ?"
         " GROUP BY day",
