@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
-from tests.support.oracle import expected_fold
+from tests.support.oracle import expected_fold, tokens
 from tests.support.strategies import transcripts
 from volumetool.compaction.plan import (
     BACKOFF_MAX,
@@ -47,23 +47,27 @@ def calls_and_results(messages):
 
 def test_not_shorter_counts_the_previous_summary_and_the_fold_and_equal_is_not_shorter():
     """SPEC 6: a summary not shorter than what it replaces is a failure; what it replaces is
-    the previous summary and the folded messages (tool calls included)."""
+    the previous summary and the folded messages (tool calls included), in estimated tokens
+    (README: a quarter of a token a character, half a token more for each byte past a
+    character's first)."""
     fold = [Message(1, "user", "x" * 300), Message(2, "assistant", "", tool_calls="c" * 100)]
-    previous = "p" * 200
-    assert check_shorter("s" * 599, previous, fold) == "s" * 599
-    for summary, earlier in (("s" * 600, previous), ("s" * 400, None)):
+    previous = "p" * 200  # 50 + 75 + 25 = 150 tokens
+    assert check_shorter("s" * 596, previous, fold) == "s" * 596  # 149 tokens
+    for summary, earlier in (("s" * 597, previous), ("s" * 397, None), ("要" * 100, None)):
         try:
             check_shorter(summary, earlier, fold)
         except SummaryRejected as exc:
-            assert f"({len(summary):,} characters) is not shorter" in str(exc)
+            assert "is not shorter than what it replaces" in str(exc)
         else:
-            raise AssertionError(f"accepted {len(summary)} characters")
+            raise AssertionError(f"accepted {summary[:5]}… ({len(summary)} characters)")
+    # Fewer characters than the fold (100 against 400) but more tokens (125 against 100).
+    assert tokens("要" * 100) == 125  # the README's estimate, as the oracle reads it
 
 
 def test_a_refusal_or_an_odd_finish_reason_is_quoted_within_bounds():
     """Text from the model server goes into runs and audit: bounded, whatever it sends."""
     for finish, refusal, quoted, limit in (
-        ("stop", "r" * 500, "r", 200),
+        ("stop", "r" * 500, "r", 199),  # and "…"
         ("f" * 100, None, "f", 40),
     ):
         try:

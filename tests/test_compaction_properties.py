@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tests.support.model_server import ACCEPTED, CONTROL_SUMMARY, ModelServer
-from tests.support.oracle import expected_fold, replaced_size, turns_of
+from tests.support.oracle import expected_fold, replaced_tokens, tokens, turns_of
 from tests.support.volumes import VolumeWriter, table_dump
 from volumetool.compaction.run import Request, compact
 from volumetool.model_client import RetryPolicy
@@ -303,7 +303,7 @@ def one_pass(server, path, session, api, fault, kind, n) -> bool:
     assert run[1:4] == (session, "compaction", "s")
     good = fault is None or fault in ACCEPTED
     text = CONTROL_SUMMARY if fault == "control_chars" else answer
-    good = good and len(text) < replaced_size(thread[4], fold)
+    good = good and tokens(text) < replaced_tokens(thread[4], fold)
     conflict = kind in ("new", "reset", "summary")
     if good and not conflict:
         check_compacted(before, after, session, fold, run, outcome, api, fault, answer)

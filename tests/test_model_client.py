@@ -624,11 +624,15 @@ def test_http_errors_by_status_and_provider_code(
     assert (e.retryable, e.endpoint_wide, e.too_long) == (retryable, endpoint_wide, too_long)
 
 
-def test_the_servers_own_x_should_retry_wins_except_over_quota():
-    assert error(400, "m", None, should_retry="true").retryable is True
+def test_the_servers_own_x_should_retry_wins_except_where_spec_6_says_never():
+    """SPEC 6: retries "never 400/401/403/413 or quota errors", whatever the server says."""
+    assert error(404, "m", None, should_retry="true").retryable is True
     assert error(503, "m", None, should_retry="false").retryable is False
     assert error(429, "quota", None, should_retry="true").retryable is False
     assert error(503, "m", None, should_retry="maybe").retryable is True
+    for status in (400, 401, 403, 413):
+        assert error(status, "m", None, should_retry="true").retryable is False
+    assert error(422, "maximum context length", None, should_retry="true").retryable is False
 
 
 def test_the_reason_names_status_kind_and_message_never_the_key():
@@ -751,22 +755,31 @@ def answer(status: int, headers: dict[str, str], body: bytes = b"", api: str = "
 def test_every_3xx_answer_is_a_redirect_naming_where_it_points(status):
     # httpx follows no redirect (a POST must not become a GET): every 3xx is the endpoint
     # saying it lives elsewhere, so base_url is wrong for every thread.
+    advice = "point base_url at it (requests go to base_url + /chat/completions)"
     moved = answer(status, {"location": "/v2/chat"})
     assert isinstance(moved, ModelError)
-    assert moved.reason == "endpoint redirected to http://127.0.0.1:9/v2/chat: set base_url to it"
+    assert moved.reason == f"endpoint redirected to http://127.0.0.1:9/v2/chat: {advice}"
     assert (moved.status, moved.endpoint_wide) == (status, True)
     nowhere = answer(status, {})
     assert isinstance(nowhere, ModelError)
-    assert nowhere.reason == "endpoint redirected to another URL: set base_url to it"
+    assert nowhere.reason == f"endpoint redirected to another URL: {advice}"
+
+
+def test_a_redirect_to_the_api_path_names_the_base_url_that_sends_there():
+    """The advice must be one that works: base_url is what the API path is appended to."""
+    moved = answer(308, {"location": "https://api.example/v2/chat/completions"})
+    assert isinstance(moved, ModelError)
+    assert moved.reason == (
+        "endpoint redirected to https://api.example/v2/chat/completions: "
+        "set base_url to https://api.example/v2"
+    )
 
 
 def test_a_redirect_is_named_without_the_credentials_or_query_it_carries():
     # SPEC 6: error text names the method and URL, never a key or query secret.
     moved = answer(307, {"location": "https://me:pw@h.example:8443/v2/chat?api_key=sk-x#top"})
     assert isinstance(moved, ModelError)
-    assert (
-        moved.reason == "endpoint redirected to https://h.example:8443/v2/chat: set base_url to it"
-    )
+    assert moved.reason.startswith("endpoint redirected to https://h.example:8443/v2/chat: ")
 
 
 def test_a_key_the_server_puts_in_an_error_code_or_request_id_is_hidden():
@@ -929,6 +942,8 @@ def test_each_api_and_auth_sends_the_headers_and_body_its_provider_documents():
     ]
     for (api, auth), expected in cases:
         endpoint = Endpoint(api, "http://127.0.0.1:9", "m", KEY, max_tokens=99, auth=auth)
+        # No compressed answer is asked for (an answer is small; a stacked gzip bomb is not).
+        expected = {**expected, "accept-encoding": "identity"}
         assert {k.lower(): v for k, v in endpoint.headers().items()} == expected
     openai = Endpoint("openai", "http://127.0.0.1:9/v1", "m", KEY, max_tokens=99)
     assert openai.body("S", "U") == {
@@ -968,7 +983,7 @@ def test_a_retry_after_of_exactly_max_retry_wait_is_waited_for():
         def handler(request):
             status, headers = queue.pop(0)
             body = openai_answer(content="Summary.") if status == 200 else {"error": {}}
-            return httpx.Response(status, headers=headers, json=body)
+            return httpx.Response(status, headers=headers, stream=Body([json.dumps(body).encode()]))
 
         return httpx.MockTransport(handler)
 
@@ -1043,6 +1058,39 @@ def test_a_body_of_exactly_the_limit_is_read_whole_in_any_chunks():
         assert done.text == "Summary."
     over = exchange(Body([*chunks, b" "]), {})
     assert isinstance(over, ModelError) and "larger than 8 MiB" in over.reason
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "gzip, gzip", "deflate", "x-gzip, identity"])
+def test_a_compressed_body_is_decoded_no_further_than_the_limit(encoding):
+    """A few kB of stacked gzip inflate to gigabytes in one step of a decoder without a bound
+    (httpx's): the limit holds for what the body decodes to, as it is decoded."""
+    import tracemalloc
+    import zlib
+
+    from tests.support.model_server import bomb
+
+    answer = json.dumps(openai_answer(content="Summary.")).encode()
+    packed = {
+        "gzip": lambda data: zlib.compress(data, wbits=31),
+        "deflate": zlib.compress,
+    }
+
+    def encode(data: bytes) -> bytes:
+        for coding in [c.strip() for c in encoding.split(",")]:
+            data = packed.get(coding.removeprefix("x-"), lambda d: d)(data)
+        return data
+
+    done = exchange(Body([encode(answer)]), {"content-encoding": encoding})
+    assert not isinstance(done, ModelError) and done.text == "Summary.", done
+    body = bomb() if encoding == "gzip, gzip" else encode(bytes(64 * 2**20))
+    tracemalloc.start()
+    try:
+        over = exchange(Body([body]), {"content-encoding": encoding})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(over, ModelError) and "larger than 8 MiB" in over.reason, over
+    assert peak < 24 * 2**20, f"{peak / 2**20:.0f} MiB to refuse {len(body):,} bytes"
 
 
 def test_a_body_without_end_is_read_no_further_than_the_limit():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -55,12 +56,17 @@ REASONS = {
     "choices_empty": ("an empty choices list", "empty summary"),
     "error_in_200": ("HTTP 502", "overloaded_error"),
     "malformed_shape": "malformed response",
+    "refusal_echo": "refused",
+    "finish_echo": "unexpected finish reason '[redacted]'",
+    "invisible": "nothing in it is visible",
+    "wide_summary": "is not shorter than what it replaces",
+    "gzip_bomb": "larger than 8 MiB",
     "gzip_garbage": "does not decode as gzip",
     "event_stream": "event stream",
     "sse_mislabelled": "event stream",
     "sse_id": "event stream",
     "sse_bom": "event stream",
-    "redirect_secret": "redirected to http://127.0.0.1:9/v2/elsewhere: set base_url to it",
+    "redirect_secret": "redirected to http://127.0.0.1:9/v2/elsewhere: point base_url at it",
     "key_echoed": "HTTP 400 [redacted]: Invalid request.",
     "huge_body": "larger than 8 MiB",
     "huge_chunked": "larger than 8 MiB",
@@ -187,7 +193,8 @@ def test_every_failure_leaves_the_transcript_byte_identical_and_costs_one_run(
     # the event belongs to the thread and the run, at the moment the run ended
     assert (event[1], event[4], event[5]) == (run[10], run[1], run[0])
     assert detail["model"] == "tiny" and run[1] is not None
-    assert "\n" not in outcome.error and "\x1b" not in outcome.error
+    # SPEC 6: one line, control characters escaped, never the key: printed and stored alike.
+    assert not re.search("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", outcome.error)
     assert KEY not in outcome.error and KEY[3:15] not in outcome.error
 
 
@@ -205,6 +212,10 @@ REASON_WITHOUT_URL = {
     "window_exceeded",
     "finish_null",
     "finish_unknown",
+    "refusal_echo",
+    "finish_echo",
+    "invisible",
+    "wide_summary",
 }
 
 
@@ -227,6 +238,8 @@ def test_odd_but_finished_answers_are_summaries(server, tmp_path, fault, api):
     if fault == "control_chars":  # stored exactly; escaped only where shown to people
         assert "\x1b]52;c;" in summary
         assert "\x1b" not in outcome.line()
+    elif fault == "summary_echo":  # the key a server echoes is never stored
+        assert summary == server.summary + " The key was [redacted]."
     else:
         assert summary == server.summary
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import email.utils
 import errno
 import json
@@ -22,6 +23,7 @@ import socket
 import ssl
 import threading
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -58,6 +60,11 @@ TOO_LONG_TEXT = re.compile(
     re.IGNORECASE,
 )
 AUTH_HEADERS = {"bearer": "authorization", "api-key": "api-key", "x-api-key": "x-api-key"}
+NEVER_RETRIED = frozenset({400, 401, 403, 413})
+# The body codings read (each bounded by MAX_BODY_BYTES as it is decoded: a few kB of stacked
+# gzip can inflate to gigabytes); requests ask for none, and others pass through as httpx's do.
+_GZIP = 16 + zlib.MAX_WBITS
+_ZLIB_WBITS = {"gzip": _GZIP, "x-gzip": _GZIP, "deflate": zlib.MAX_WBITS}
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class Endpoint:
         auth = self.auth or ("x-api-key" if self.api == "anthropic" else "bearer")
         value = f"Bearer {self.api_key}" if auth == "bearer" else self.api_key
         headers = {AUTH_HEADERS[auth]: value, "user-agent": USER_AGENT}
+        headers["accept-encoding"] = "identity"  # answers are small; see _decoded
         if self.api == "anthropic":
             headers["anthropic-version"] = ANTHROPIC_VERSION
         return headers
@@ -118,6 +126,19 @@ class Completion:
     refusal: str | None = None  # OpenAI's message.refusal
     tool_call: bool = False  # the answer calls a tool
     request_id: str | None = None
+
+    def hidden(self, secret: str) -> Completion:
+        """This answer with the key taken out of all the server chose to say: a summary, a
+        refusal, a finish reason or a request id can echo it as well as an error can."""
+        if not secret:
+            return self
+        texts = (self.text, self.finish, self.refusal, self.request_id)
+        text, finish, refusal, request_id = (
+            t.replace(secret, "[redacted]") if t else t for t in texts
+        )
+        return dataclasses.replace(
+            self, text=text, finish=finish, refusal=refusal, request_id=request_id
+        )
 
 
 class ModelError(Exception):
@@ -202,6 +223,30 @@ class RetryPolicy:
         if retry_after is not None:
             return retry_after + backoff / 4
         return backoff
+
+
+def _decoded(data: bytes, encoding: str) -> bytes:
+    """The body undone from its content codings, last applied first, never past
+    MAX_BODY_BYTES (OverflowError); a coding other than gzip and deflate passes through."""
+    for coding in reversed([c.strip().lower() for c in encoding.split(",")]):
+        wbits = _ZLIB_WBITS.get(coding)
+        if wbits is None:
+            continue
+        try:
+            data = _inflate(data, wbits)
+        except zlib.error:
+            if coding != "deflate":
+                raise
+            data = _inflate(data, -zlib.MAX_WBITS)  # deflate without its zlib header
+    return data
+
+
+def _inflate(data: bytes, wbits: int) -> bytes:
+    inflater = zlib.decompressobj(wbits)
+    out = inflater.decompress(data, MAX_BODY_BYTES + 1)
+    if len(out) > MAX_BODY_BYTES or inflater.unconsumed_tail:
+        raise OverflowError
+    return out
 
 
 def redact(text: str, secret: str) -> str:
@@ -343,7 +388,9 @@ def classify(
     too_long = status == 413 or kind in TOO_LONG_CODES or bool(TOO_LONG_TEXT.search(text))
     retryable = not (quota or too_long) and (status in (408, 409, 429) or status >= 500)
     if should_retry in ("true", "false"):  # the server's own word (OpenAI, Anthropic)
-        retryable = should_retry == "true" and not quota
+        retryable = should_retry == "true" and not (quota or too_long)
+    if status in NEVER_RETRIED:  # SPEC 6, whatever the server says
+        retryable = False
     reason = f"HTTP {status}"
     if kind:
         reason += f" {kind}"
@@ -491,7 +538,7 @@ class ModelClient:
             if self.breaker.reason is not None:
                 raise EndpointUnusable(f"endpoint unusable: {self.breaker.reason}")
             try:
-                return await self._attempt(system, user)
+                return (await self._attempt(system, user)).hidden(self.endpoint.api_key)
             except ModelError as exc:
                 exc.hide(self.endpoint.api_key)
                 exc.attempts = attempt
@@ -558,17 +605,11 @@ class ModelClient:
             raise too_large
         chunks, size = [], 0
         try:
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.aiter_raw():
                 size += len(chunk)
                 if size > MAX_BODY_BYTES:
                     raise too_large
                 chunks.append(chunk)
-        except httpx.DecodingError:
-            encoding = response.headers.get("content-encoding", "?")
-            raise ModelError(
-                f"malformed response: the body does not decode as {encoding}",
-                where=self.endpoint.where,
-            ) from None
         except httpx.TimeoutException:
             raise ModelError(
                 f"no response within {self.endpoint.timeout:g}s",
@@ -577,7 +618,16 @@ class ModelClient:
             ) from None
         except (httpx.HTTPError, OSError) as exc:
             raise connection_failure(exc, self.endpoint.where) from None
-        return b"".join(chunks)
+        encoding = response.headers.get("content-encoding", "")
+        try:
+            return _decoded(b"".join(chunks), encoding)
+        except zlib.error:
+            raise ModelError(
+                f"malformed response: the body does not decode as {one_line(encoding, 40)}",
+                where=self.endpoint.where,
+            ) from None
+        except OverflowError:
+            raise too_large from None
 
     def _answer(self, response: httpx.Response, data: bytes) -> Completion:
         e = self.endpoint
@@ -586,11 +636,15 @@ class ModelClient:
         if 300 <= status < 400:
             location = response.headers.get("location", "")
             target = "another URL"
+            path = API_DEFAULTS[e.api].path
+            advice = f"point base_url at it (requests go to base_url + {path})"
             if location:  # where it points, without the credentials or query it may carry
                 moved = response.url.join(location)
                 target = str(moved.copy_with(userinfo=b"", query=None, fragment=None))
+                if target.endswith(path):  # the base_url that sends there
+                    advice = f"set base_url to {target[: -len(path)]}"
             raise ModelError(
-                f"endpoint redirected to {target}: set base_url to it",
+                f"endpoint redirected to {target}: {advice}",
                 status=status,
                 endpoint_wide=True,
                 where=e.where,

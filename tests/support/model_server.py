@@ -258,6 +258,15 @@ COMPLETION_FAULTS = (
     "error_in_200",
     "malformed_shape",
     "cache_usage_invalid",
+    # What a server may echo where it should not: the key in a refusal (with a terminal's
+    # escapes and a bidi override) or as the finish reason, and in an accepted summary.
+    "refusal_echo",
+    "finish_echo",
+    "summary_echo",
+    # A "summary" with nothing visible in it: escapes, zero-width and format characters.
+    "invisible",
+    # Fewer characters than the fold, more tokens: CJK.
+    "wide_summary",
 )
 # Faults of the transport or the body's encoding.
 RAW_FAULTS = (
@@ -278,6 +287,7 @@ RAW_FAULTS = (
     "empty_body",
     "malformed",
     "html_502",
+    "gzip_bomb",
 )
 # Completions a client must accept as a summary (normal finish, odd but valid shape).
 ACCEPTED = (
@@ -289,10 +299,23 @@ ACCEPTED = (
     "usage_string",
     "cache_usage_invalid",
     "control_chars",
+    "summary_echo",
 )
 FAULTS = tuple(HTTP_ERRORS) + COMPLETION_FAULTS + RAW_FAULTS
 # The summary of the control_chars fault: a clipboard write, a screen clear, a newline, a bell.
 CONTROL_SUMMARY = "Summary \x1b]52;c;cHduZWQ=\x07 with\nlines \x1b[2J and a bell\x07."
+ECHOED_REFUSAL = "I won't; your key {key} is logged \x1b[2J\x1b]52;c;eA==\x07 \u202eevil\x00 \x9b."
+INVISIBLE_SUMMARY = "\x1b[2J\x1b[H \u200b\u200d\ufeff \u202e\x00\n\x1b]0;title\x07"
+# Two layers of gzip around 64 MiB of zeros: 1 kB on the wire (bomb() makes it once).
+_BOMB: list[bytes] = []
+
+
+def bomb() -> bytes:
+    if not _BOMB:
+        import gzip
+
+        _BOMB.append(gzip.compress(gzip.compress(bytes(64 * 2**20))))
+    return _BOMB[0]
 
 
 def _key(handler: BaseHTTPRequestHandler) -> str:
@@ -435,8 +458,14 @@ class ModelServer:
             text = "x" * (len(json.dumps(body)) * 2)
         elif fault == "control_chars":
             text = CONTROL_SUMMARY
+        elif fault == "summary_echo":
+            text += " The key was {key}."
+        elif fault == "invisible":
+            text = INVISIBLE_SUMMARY
+        elif fault == "wide_summary":
+            text = "要" * (len(self.conversation(body)) // 2)
         payload = self._anthropic(text, fault) if anthropic else self._openai(text, fault)
-        data = json.dumps(payload)
+        data = json.dumps(payload).replace("{key}", _key(handler))
         if fault == "surrogate":  # JSON may escape a lone surrogate; Python decodes it
             data = data.replace("SURROGATE", "\\ud800")
         self._send_raw(handler, Reply(200, raw=data.encode()))
@@ -477,6 +506,10 @@ class ModelServer:
             choice["finish_reason"] = "content_filter"
         elif fault == "refusal":
             message.update(content=None, refusal="I'm sorry, I can't help with that.")
+        elif fault == "refusal_echo":
+            message.update(content=None, refusal=ECHOED_REFUSAL)
+        elif fault == "finish_echo":
+            choice["finish_reason"] = "{key}"
         elif fault == "finish_null":
             choice["finish_reason"] = None
         elif fault in ("finish_unknown", "pause_turn"):
@@ -527,6 +560,8 @@ class ModelServer:
             "finish_null": None,
             "finish_unknown": "weird_reason",
             "stop_sequence": "stop_sequence",
+            "refusal_echo": "refusal",
+            "finish_echo": "{key}",
         }
         if fault in stops:
             reply["stop_reason"] = stops[fault]
@@ -534,6 +569,8 @@ class ModelServer:
             reply["content"] = [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]
         elif fault in ("content_filter", "refusal", "window_exceeded"):
             content[0]["text"] = "Summary: the user asked the agent to"
+        elif fault == "refusal_echo":
+            content[0]["text"] = ECHOED_REFUSAL
         elif fault == "content_list":
             reply["content"] = [
                 {"type": "thinking", "thinking": "let me see", "signature": "EqQB"},
@@ -606,6 +643,7 @@ class ModelServer:
             "json_not_object": Reply(200, raw=b'"a string"'),
             "empty_body": Reply(200, raw=b""),
             "malformed": Reply(200, raw=b'{"choices": ['),
+            "gzip_bomb": Reply(200, raw=bomb(), headers={"content-encoding": "gzip, gzip"}),
             "html_502": Reply(
                 502,
                 raw=b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad "

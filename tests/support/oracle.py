@@ -39,6 +39,14 @@ def expected_fold(live: list[tuple]) -> list[tuple]:
     return []
 
 
-def replaced_size(summary: str | None, fold: list[tuple]) -> int:
-    """'a summary not shorter than what it replaces': the old summary and the folded text."""
-    return len(summary or "") + sum(len(m[3]) + len(m[4] or "") for m in fold)
+def tokens(text: str) -> int:
+    """The README's estimate: a quarter of a token a character, rounded up, plus half a token
+    for each UTF-8 byte past a character's first, rounded down."""
+    extra = len(text.encode("utf-8", "surrogatepass")) - len(text)
+    return -(-len(text) // 4) + extra // 2
+
+
+def replaced_tokens(summary: str | None, fold: list[tuple]) -> int:
+    """'a summary not shorter than what it replaces', in estimated tokens: the old summary
+    and each folded message's text and tool calls."""
+    return tokens(summary or "") + sum(tokens(m[3]) + tokens(m[4] or "") for m in fold)

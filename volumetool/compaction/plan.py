@@ -210,8 +210,3 @@ def estimate_tokens(previous_summary: str | None, fold: Sequence[Message]) -> in
     return estimate_text_tokens(previous_summary or "") + sum(
         estimate_text_tokens(m.content) + estimate_text_tokens(m.tool_calls or "") for m in fold
     )
-
-
-def replaced_chars(previous_summary: str | None, fold: Sequence[Message]) -> int:
-    """The size, in characters, of what the summary replaces: the old summary and the fold."""
-    return len(previous_summary or "") + sum(len(m.content) + len(m.tool_calls or "") for m in fold)

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from volumetool.compaction.plan import Message, estimate_text_tokens, replaced_chars
+from volumetool.compaction.plan import Message, estimate_text_tokens, estimate_tokens
+from volumetool.render import one_line
 
 DEFAULT_PROMPT = """\
 You maintain the memory of a long conversation between a user and an AI agent. The older part \
@@ -221,8 +224,8 @@ def accept_answer(
 ) -> str:
     """The text of an answer the model says it finished normally; SummaryRejected says why
     any other answer is not a summary, whatever text came with it."""
-    if refusal:
-        raise SummaryRejected(f"the model refused: {refusal[:200]}")
+    if refusal:  # the model's words: one escaped line, wherever they are stored or shown
+        raise SummaryRejected(f"the model refused: {one_line(refusal, 200)}")
     if tool_call:
         raise SummaryRejected(NOT_A_SUMMARY["tool_use"])
     if finish not in NORMAL_FINISH.get(api, ()):
@@ -232,18 +235,38 @@ def accept_answer(
         raise SummaryRejected(reason, too_long=finish == "model_context_window_exceeded")
     if text is None or not text.strip():
         raise SummaryRejected("the model returned an empty summary")
+    if not _visible(text):
+        raise SummaryRejected(
+            "the model returned an empty summary: nothing in it is visible (control, format "
+            "and zero-width characters, terminal escape sequences)"
+        )
     summary = text.strip()
     if any("\ud800" <= c <= "\udfff" for c in summary):
         raise SummaryRejected("the summary is not valid Unicode (a lone surrogate)")
     return summary
 
 
+# A terminal's escape sequences (CSI, OSC, and two-character ones): they show nothing.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -~]")
+# Unicode's controls, format characters (zero-width, bidi), surrogates, private use, unassigned.
+_UNSEEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+
+
+def _visible(text: str) -> bool:
+    """Whether the text shows anything: a character that is not white space, a control or
+    format character, or part of a terminal escape sequence."""
+    rest = _ESCAPES.sub("", text)
+    return any(not c.isspace() and unicodedata.category(c) not in _UNSEEN for c in rest)
+
+
 def check_shorter(summary: str, previous_summary: str | None, fold: Sequence[Message]) -> str:
-    """A summary must be shorter than what it replaces."""
-    replaced = replaced_chars(previous_summary, fold)
-    if len(summary) >= replaced:
+    """A summary must be shorter than what it replaces, in estimated tokens: the unit a
+    context is measured in (a CJK summary of fewer characters can take more of it)."""
+    replaced = estimate_tokens(previous_summary, fold)
+    written = estimate_text_tokens(summary)
+    if written >= replaced:
         raise SummaryRejected(
-            f"the summary ({len(summary):,} characters) is not shorter than "
-            f"what it replaces ({replaced:,})"
+            f"the summary (~{written:,} tokens) is not shorter than what it replaces "
+            f"(~{replaced:,} tokens)"
         )
     return summary

@@ -413,7 +413,8 @@ def write_ending(job: Job, ending: Ending) -> Outcome:
     kept = _retention(ending.kept)
     with job.volume.write() as conn:
         if ending.summary is None:
-            failure = ending.failure or "no summary"
+            # One escaped line (SPEC 6), whichever text a server put in it.
+            failure = one_line(ending.failure or "no summary", 1000)
             run_id = record_failure(conn, thread, model, failure, usage, ending.times, kept)
             return _planned(
                 job,
