@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -527,6 +528,39 @@ def test_metrics_file_problems_are_usage_errors_before_the_run(tmp_path, server,
     nul = run_compact(run_cli, volume, config, "--metrics-file", f"{tmp_path}/m\x00.prom")
     assert_clean_error(nul, 2, "NUL")
     assert server.requests == [] and volume.read_bytes() == before
+
+
+def test_metrics_file_never_replaces_a_volume_a_link_a_device_or_another_file(
+    tmp_path, server, run_cli
+):
+    """Like a report page or an export: a mistyped --metrics-file (the volume itself, a
+    symbolic link, a FIFO or a device that would never end a read, a file of another kind)
+    is refused (exit 2) before any call, and nothing named is read past its start or
+    replaced. An empty file is replaced and gets a new metrics file's mode."""
+    volume, config = compaction_setup(tmp_path, server)
+    before = volume.read_bytes()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    link = tmp_path / "link.prom"
+    link.symlink_to(notes)
+    fifo = tmp_path / "fifo.prom"
+    os.mkfifo(fifo)
+    for target, says in (
+        (volume, "refusing to replace"),
+        (notes, "refusing to replace"),
+        (link, "symbolic link"),
+        (fifo, "not a regular file"),
+        (Path("/dev/null"), "not a regular file"),
+    ):
+        result = run_compact(run_cli, volume, config, "--metrics-file", target)
+        assert_clean_error(result, 2, says)
+    assert server.requests == [] and volume.read_bytes() == before
+    assert notes.read_text() == "mine" and link.is_symlink() and stat.S_ISFIFO(fifo.stat().st_mode)
+    empty = tmp_path / "empty.prom"
+    empty.touch(mode=0o666)
+    empty.chmod(0o666)
+    assert run_compact(run_cli, volume, config, "--metrics-file", empty).exit_code == 0
+    assert empty.read_text().endswith("# EOF\n") and stat.S_IMODE(empty.stat().st_mode) == 0o644
 
 
 # -- --shard I/N ------------------------------------------------------------------------------

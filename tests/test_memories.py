@@ -584,3 +584,11 @@ def test_export_never_replaces_a_volume_or_any_other_file(vol, run_cli, tmp_path
         if before is not None:
             assert target.read_bytes() == before
     assert memories(vol)  # the volume is still a volume
+    # A symbolic link, even to an earlier export: the rename would replace the link itself.
+    earlier = tmp_path / "earlier.jsonl"
+    assert run_cli("memories", "export", vol, "-o", earlier).exit_code == 0
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(earlier)
+    result = run_cli("memories", "export", vol, "-o", link)
+    assert result.exit_code == 2 and "symbolic link" in result.stderr, result
+    assert link.is_symlink()

@@ -426,13 +426,39 @@ def test_a_locked_volume_is_busy_in_the_page_and_the_others_are_reported(tmp_pat
     ]
 
 
-@pytest.mark.parametrize("target", ["volume", "notes", "directory"])
+@pytest.mark.parametrize("target", ["volume", "notes", "directory", "link to a page", "fifo"])
 def test_the_page_never_replaces_a_volume_or_another_file(tmp_path, run_cli, target):
+    """Nor a symbolic link (the rename would replace the link, not the page it points to: a
+    link to /dev/stdout became a file), nor a FIFO."""
     volume = write_volume(tmp_path / "agent.db")
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
-    out = {"volume": volume, "notes": notes, "directory": tmp_path}[target]
+    page = tmp_path / "page.html"
+    assert run_cli("report", volume, "-o", page).exit_code == 0
+    link = tmp_path / "link.html"
+    link.symlink_to(page)
+    fifo = tmp_path / "fifo.html"
+    os.mkfifo(fifo)
+    out = {
+        "volume": volume,
+        "notes": notes,
+        "directory": tmp_path,
+        "link to a page": link,
+        "fifo": fifo,
+    }[target]
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     result = run_cli("report", volume, "-o", out)
     assert_clean_error(result, 2, str(out))
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert link.is_symlink()
+
+
+def test_an_empty_file_named_for_the_page_gets_a_new_pages_mode(tmp_path, run_cli):
+    """Only an earlier page keeps its mode: an empty file anyone could have made 0666 first
+    is no page, and the page written there is 0600 like a new one."""
+    volume = write_volume(tmp_path / "agent.db")
+    out = tmp_path / "page.html"
+    out.touch()
+    out.chmod(0o666)
+    assert run_cli("report", volume, "-o", out).exit_code == 0
+    assert out.read_bytes().startswith(b"<!DOCTYPE") and stat.S_IMODE(out.stat().st_mode) == 0o600

@@ -43,13 +43,18 @@ def refuse_side_files(path: Path) -> None:
             )
 
 
-def replaceable_mode(path: Path, kinds: tuple[bytes, ...], what: str) -> int:
-    """The mode a file written over `path` gets: a new file's (0600), or that of the file it
-    replaces — which must be empty or begin as a file of this kind does (`kinds`: its first
-    bytes). A volume, a directory or any other file named by mistake is refused (exit 2)
-    before anything is written."""
-    if not (path.exists() or path.is_symlink()):
-        return 0o600
+def replaceable_mode(path: Path, kinds: tuple[bytes, ...], what: str, new_mode: int = 0o600) -> int:
+    """The mode a file written over `path` gets: a new file's (`new_mode`), or that of the
+    file it replaces — which must be empty (it then gets a new file's mode too) or begin as a
+    file of this kind does (`kinds`: its first bytes). A volume, a directory, a device, a
+    symbolic link (the rename would replace the link, not where it points) or any other file
+    named by mistake is refused (exit 2) before anything is written or read past its start."""
+    if path.is_symlink():
+        raise UnusableInput(
+            f"{path}: is a symbolic link; refusing to replace it", f"name the {what}'s file itself"
+        )
+    if not path.exists():
+        return new_mode
     if not path.is_file():
         raise UnusableInput(f"{path}: not a regular file", f"name the {what}'s file")
     try:
@@ -57,7 +62,9 @@ def replaceable_mode(path: Path, kinds: tuple[bytes, ...], what: str) -> int:
             start = existing.read(max(len(k) for k in kinds))
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
-    if start and not start.startswith(kinds):
+    if not start:
+        return new_mode
+    if not start.startswith(kinds):
         raise UnusableInput(
             f"{path}: exists and is not a {what}; refusing to replace it",
             f"name a new file, or an earlier {what}",

@@ -269,7 +269,20 @@ def check_textfile(path: str) -> Path:
         raise UnusableInput(f"{path}: no directory {directory} for the metrics file")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise UnusableInput(f"{path}: cannot write in {directory}")
+    metrics_mode(target)  # never over a volume, a device or anything else named by mistake
     return target
+
+
+# How a metrics file this module wrote begins; node_exporter reads any file it is shown.
+METRICS_STARTS = (b"# TYPE ", b"# HELP ", b"# EOF")
+PREVIOUS_MAX_BYTES = 1 << 20  # of an earlier metrics file, read for its last success
+
+
+def metrics_mode(path: Path) -> int:
+    """The mode the metrics file at `path` is written with: 0644, or an earlier one's."""
+    from volumetool.atomic import replaceable_mode
+
+    return replaceable_mode(path, METRICS_STARTS, "metrics file", new_mode=0o644)
 
 
 def write_textfile(path: Path, text: str) -> None:
@@ -279,12 +292,12 @@ def write_textfile(path: Path, text: str) -> None:
     from volumetool.atomic import staged_file
 
     try:
-        with staged_file(path, mode=0o644, replace=True) as tmp:
+        with staged_file(path, mode=metrics_mode(path), replace=True) as tmp:
             tmp.write_text(text, encoding="utf-8")
-    except OSError as exc:
+    except (OSError, UnusableInput) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ProblemsFound(
-            f"{path}: the metrics file was not written ({exc.strerror or exc}); the run's "
-            "results above stand"
+            f"{path}: the metrics file was not written ({why}); the run's results above stand"
         ) from None
 
 
@@ -299,10 +312,14 @@ def record_compaction(
     """Write a compaction run's metrics file, keeping the last success of the file it replaces."""
     import time
 
+    previous = None
     try:
-        previous = last_success_in(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        previous = None
+        metrics_mode(path)  # still an earlier metrics file, or none: read no other kind
+        with path.open("rb") as earlier:
+            text_before = earlier.read(PREVIOUS_MAX_BYTES).decode("utf-8", errors="replace")
+        previous = last_success_in(text_before)
+    except (OSError, UnusableInput):
+        pass
     text = compaction_metrics(
         outcomes,
         duration,
