@@ -463,6 +463,33 @@ def run_compact(run_cli, volume, config, *args):
     )
 
 
+@pytest.mark.parametrize("command", ["compact", "check", "migrate", "report"])
+def test_a_volume_named_many_ways_is_worked_on_once(tmp_path, server, run_cli, command):
+    """`vol`, `./vol/`, `vol/agent.db`, a link to the directory and a hard link to the file
+    name one volume: every many-volume command does its work once (a compaction given it
+    twice found the volume lock held by itself, exit 4, on every run)."""
+    volume, config = compaction_setup(tmp_path, server)
+    directory = volume.parent
+    (tmp_path / "link").symlink_to(directory)
+    os.link(volume, tmp_path / "hard.db")
+    names = [directory, f"{directory}/", volume, tmp_path / "link", tmp_path / "hard.db"]
+    if command == "compact":
+        result = run_compact(run_cli, *names[:1], config, *names[1:], "--json")
+        assert result.exit_code == 0, result
+        rows = json.loads(result.stdout)
+        assert sorted(r["conversation_key"] for r in rows) == ["discord:1", "discord:2"]
+        assert [r["status"] for r in rows] == ["compacted", "compacted"]
+        assert len(server.requests) == 2
+    elif command == "report":
+        out = tmp_path / "page.html"
+        assert run_cli("report", *names, "-o", out).exit_code == 0
+        assert out.read_text().count('class="volume"') == 1
+    else:
+        result = run_cli(command, *names)
+        assert result.exit_code == 0, result
+        assert result.stdout.count(str(volume)) + result.stderr.count(str(volume)) <= 1, result
+
+
 def test_metrics_file_records_the_run_atomically_for_the_textfile_collector(
     tmp_path, server, run_cli
 ):

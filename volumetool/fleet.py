@@ -165,14 +165,6 @@ def fleet_status(
     memory: MemorySettings | None = None,
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
 ) -> Iterator[VolumeStatus]:
-    """The row of each volume, in the order given; a volume given twice (`vol`, `vol/agent.db`)
-    once."""
-    from volumetool.shard import shard_key
-
-    seen: set[str] = set()
+    """The row of each volume, in the order given (each once: `shard.select`)."""
     for argument in arguments:
-        key = shard_key(argument)
-        if key in seen:
-            continue
-        seen.add(key)
         yield volume_status(argument, now=now, memory=memory, busy_timeout=busy_timeout)

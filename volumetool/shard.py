@@ -66,10 +66,29 @@ def in_shard(key: str, shard: Shard) -> bool:
 
 
 def select(arguments: Iterable[str], shard: Shard | None) -> list[str]:
-    """The VOLUME arguments of `shard`, in the order given; all of them without one."""
-    if shard is None:
-        return list(arguments)
-    return [a for a in arguments if in_shard(shard_key(a), shard)]
+    """The VOLUME arguments of `shard` (all of them without one), in the order given, each
+    volume once: `vol`, `./vol/` and `vol/agent.db`, or a link to it, name one file, and a
+    command given it twice would otherwise do its work twice (a compaction then found the
+    volume lock held by itself)."""
+    chosen, seen = [], set()
+    for argument in arguments:
+        key = shard_key(argument)
+        identity = _identity(key)
+        if identity in seen or (shard is not None and not in_shard(key, shard)):
+            continue
+        seen.add(identity)
+        chosen.append(argument)
+    return chosen
+
+
+def _identity(key: str) -> tuple[int, int] | str:
+    """The file a shard key names (device and inode, whatever the path to it), or the key
+    itself when there is no such file to ask."""
+    try:
+        found = os.stat(key)
+    except (OSError, ValueError):
+        return key
+    return found.st_dev, found.st_ino
 
 
 def note_empty(given: Sequence[str], shard: Shard | None, selected: Sequence[str]) -> str | None:
