@@ -241,6 +241,47 @@ def test_a_closed_stdout_ends_every_format_quietly_with_exit_0(tmp_path, command
     assert proc.returncode == 0
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["status", "VOL"], ["memories", "list", "VOL", "--json"], ["backup", "VOL", "-"]],
+    ids=" ".join,
+)
+def test_a_command_started_with_stdout_closed_runs_as_if_to_dev_null(tmp_path, command):
+    """`volumetool … >&-` (some job runners start a process so): the command runs whole, as
+    with >/dev/null, instead of an internal error; and fd 1 is /dev/null, so no file the
+    command opens (the volume) can be given that number."""
+    path = many_rows(tmp_path / "agent.db", memories=50, runs=50)
+    done = subprocess.run(
+        [*VT, *[str(path) if a == "VOL" else a for a in command]],
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: os.close(1),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"internal error" not in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_an_error_line_escapes_a_line_break_in_a_file_name(tmp_path):
+    """`x<newline>y` must never read as a file `x y`."""
+    done = subprocess.run([*VT, "status", str(tmp_path / "x\ny")], capture_output=True)
+    assert done.returncode == 2
+    assert b"x\\ny: no such file" in done.stderr and b"x y" not in done.stderr
+
+
+def test_an_output_encoding_that_cannot_hold_the_text_is_one_clear_line(tmp_path):
+    writer = VolumeWriter(tmp_path / "agent.db")
+    writer.memory("café", "naïve")
+    writer.close()
+    done = subprocess.run(
+        [*VT, "memories", "list", str(writer.path), "--json"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.decode().startswith("volumetool: the output's encoding (ascii) cannot")
+    assert len(done.stderr.splitlines()) == 1
+
+
 # The end of a command: the interpreter's teardown is skipped, nothing else is. `main` exits the
 # process, so each case runs in a child that records what a normal exit would have done.
 ENDING = """

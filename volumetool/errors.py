@@ -24,8 +24,9 @@ class VolumetoolError(Exception):
         self.hint = hint
 
     def format_message(self) -> str:
-        text = " ".join(self.message.split("\n"))
-        return f"{text} — {self.hint}" if self.hint else text
+        """The message and its hint. A line break in it (a file name can hold one) stays: it is
+        escaped where the line is shown (`\\n`), so that `x\\ny` never reads as `x y`."""
+        return f"{self.message} — {self.hint}" if self.hint else self.message
 
     def __str__(self) -> str:
         return self.format_message()

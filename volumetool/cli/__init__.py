@@ -102,6 +102,11 @@ def _translate(exc: Exception) -> VolumetoolError:
     if isinstance(exc, UnicodeEncodeError) and "surrogate" in str(exc):
         # Lone surrogates that are not a shell's undecodable bytes: no file name holds them.
         return UnusableInput("a path holds characters no file name can have (lone surrogates)")
+    if isinstance(exc, UnicodeEncodeError):  # PYTHONIOENCODING=ascii, an ASCII-only locale
+        return UnusableInput(
+            f"the output's encoding ({exc.encoding}) cannot hold the text to write",
+            "use a UTF-8 locale, or set PYTHONIOENCODING=utf-8",
+        )
     sqlite3 = sys.modules.get("sqlite3")
     if sqlite3 is not None and isinstance(exc, sqlite3.Error):
         return from_sqlite(exc, "database")
@@ -171,8 +176,15 @@ def cli(debug: bool) -> None:
 
 
 def main() -> NoReturn:
-    if sys.stdin is None:  # started with fd 0 closed (some job runners): an empty stdin
-        sys.stdin = open(os.devnull)  # noqa: SIM115 - for the life of the process
+    # Started with fd 0, 1 or 2 closed (`>&-`, some job runners): each is /dev/null for the
+    # life of the process, as if redirected there, so that a command runs whole; and no file
+    # opened later (a volume) can take one of those numbers and receive what is written there.
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull)  # noqa: SIM115
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
     try:
         cli.main(prog_name="volumetool")
     except SystemExit as done:
