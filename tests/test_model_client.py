@@ -21,6 +21,7 @@ import pytest
 from tests.support.model_server import ModelServer
 from volumetool.model_client import (
     Breaker,
+    Completion,
     Endpoint,
     EndpointUnusable,
     ModelClient,
@@ -35,6 +36,7 @@ from volumetool.model_client import (
     parse_retry_after,
     redact,
 )
+from volumetool.usage import Usage
 
 KEY = "sk-client-abcdefghijklmnopqrstuvwxyz012345"
 
@@ -1060,7 +1062,48 @@ def test_a_body_of_exactly_the_limit_is_read_whole_in_any_chunks():
     assert isinstance(over, ModelError) and "larger than 8 MiB" in over.reason
 
 
-@pytest.mark.parametrize("encoding", ["gzip", "gzip, gzip", "deflate", "x-gzip, identity"])
+def raw_deflate(data: bytes) -> bytes:
+    import zlib
+
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)  # no zlib header, as some servers send
+    return packer.compress(data) + packer.flush()
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "raw deflate"])
+def test_a_compressed_body_of_exactly_the_limit_is_read_and_one_byte_more_is_not(encoding):
+    import zlib
+
+    from volumetool.model_client import MAX_BODY_BYTES
+
+    pack = {"gzip": lambda d: zlib.compress(d, wbits=31), "deflate": zlib.compress}.get(
+        encoding, raw_deflate
+    )
+    answer = json.dumps(openai_answer(content="Summary.")).encode()
+    data = b" " * (MAX_BODY_BYTES - len(answer)) + answer
+    coding = encoding.removeprefix("raw ")
+    done = exchange(Body([pack(data)]), {"content-encoding": coding})
+    assert not isinstance(done, ModelError) and done.text == "Summary.", done
+    over = exchange(Body([pack(b" " + data)]), {"content-encoding": coding})
+    assert isinstance(over, ModelError) and "larger than 8 MiB" in over.reason, over
+
+
+def test_a_completion_carries_the_key_nowhere_the_server_put_it():
+    """A server may echo the key in any text it returns: the summary, a refusal, the finish
+    reason, the request id. A completion leaves the client with `[redacted]` in each."""
+    echoed = Completion(f"a {KEY} b", KEY, Usage(1, 2), refusal=f"no {KEY}", request_id=KEY)
+    assert echoed.hidden(KEY) == Completion(
+        "a [redacted] b",
+        "[redacted]",
+        Usage(1, 2),
+        refusal="no [redacted]",
+        request_id="[redacted]",
+    )
+    assert echoed.hidden("") is echoed
+
+
+@pytest.mark.parametrize(
+    "encoding", ["gzip", "gzip, gzip", "deflate", "raw deflate", "x-gzip, identity"]
+)
 def test_a_compressed_body_is_decoded_no_further_than_the_limit(encoding):
     """A few kB of stacked gzip inflate to gigabytes in one step of a decoder without a bound
     (httpx's): the limit holds for what the body decodes to, as it is decoded."""
@@ -1073,6 +1116,7 @@ def test_a_compressed_body_is_decoded_no_further_than_the_limit(encoding):
     packed = {
         "gzip": lambda data: zlib.compress(data, wbits=31),
         "deflate": zlib.compress,
+        "raw deflate": raw_deflate,
     }
 
     def encode(data: bytes) -> bytes:
@@ -1080,12 +1124,13 @@ def test_a_compressed_body_is_decoded_no_further_than_the_limit(encoding):
             data = packed.get(coding.removeprefix("x-"), lambda d: d)(data)
         return data
 
-    done = exchange(Body([encode(answer)]), {"content-encoding": encoding})
+    header = encoding.replace("raw ", "")
+    done = exchange(Body([encode(answer)]), {"content-encoding": header})
     assert not isinstance(done, ModelError) and done.text == "Summary.", done
     body = bomb() if encoding == "gzip, gzip" else encode(bytes(64 * 2**20))
     tracemalloc.start()
     try:
-        over = exchange(Body([body]), {"content-encoding": encoding})
+        over = exchange(Body([body]), {"content-encoding": header})
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
