@@ -186,6 +186,26 @@ def test_unreadable_volumes_are_rows_with_their_error_and_the_worst_exit_code(
     assert "2 of 4 volume(s) not read" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["status", "--json"], ["check"], ["migrate", "--check"], ["compact", "--dry-run"]],
+    ids=" ".join,
+)
+def test_a_path_that_cannot_be_looked_at_is_unusable_input_and_the_others_go_on(
+    fleet, tmp_path, run_cli, command
+):
+    """A name too long for the file system (or a directory without permission) is exit 2,
+    one line, as SPEC gives for an unreadable file, not a file-system error (exit 1); among
+    many volumes it is one more row or line, never the end of the run."""
+    too_long = tmp_path / ("a" * 300)
+    for volumes in ([too_long], [too_long, fleet[0]["path"]]):
+        result = run_cli(command[0], *volumes, *command[1:])
+        said = result.stdout + result.stderr
+        assert result.exit_code == 2 and "File name too long" in said, result
+        assert "internal error" not in said and "Traceback" not in said
+    assert fleet[0]["path"] in said  # the other volume went on
+
+
 def test_a_locked_volume_is_a_busy_row_and_the_others_print(fleet, run_cli):
     locked = fleet[1]["path"]
     conn = sqlite3.connect(locked, isolation_level=None)

@@ -63,11 +63,15 @@ def _given(argument: str | os.PathLike | None) -> str:
 
 
 def resolve(argument: str | os.PathLike | None) -> Path:
-    """The agent file named by a VOLUME argument (a file, or a directory holding agent.db)."""
+    """The agent file named by a VOLUME argument (a file, or a directory holding agent.db). A
+    path that cannot be looked at (too long, a directory without permission) is returned as it
+    is: `check_file` then says why it cannot be used."""
     path = Path(_given(argument))
-    if path.is_dir():
-        return path / DB_NAME
-    return path
+    try:
+        is_directory = path.is_dir()
+    except OSError:
+        return path
+    return path / DB_NAME if is_directory else path
 
 
 def resolve_new(argument: str | os.PathLike | None) -> Path:
@@ -101,6 +105,12 @@ class SchemaState:
 
 def check_file(path: Path) -> None:
     """Refuse, with one clear line, anything that cannot be an SQLite agent file."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a directory without permission: unusable input
+        raise UnusableInput(f"{path}: cannot read the file ({exc.strerror or exc})") from None
     if not path.exists():
         if Path(f"{path}-wal").exists():
             raise UnusableInput(
