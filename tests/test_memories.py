@@ -208,6 +208,25 @@ def test_prune_forgets_keys_absent_from_the_file(vol, run_cli, incoming):
     ]
 
 
+def test_an_import_that_never_ends_is_read_no_further_than_its_bounds(
+    vol, run_cli, tmp_path, monkeypatch
+):
+    """A device or a runaway pipe as the import file took gigabytes before: a line of JSON
+    Lines is read to 64 MiB at most, a JSON document to 512 MiB; more is exit 2, nothing
+    imported."""
+    from volumetool import memories as module
+
+    before = memories(vol)
+    zero = run_cli("memories", "import", vol, "/dev/zero")
+    assert zero.exit_code == 2 and "a line longer than 64 MiB" in zero.stderr, zero
+    monkeypatch.setattr(module, "MAX_DOCUMENT_BYTES", 10_000)
+    document = tmp_path / "big.json"
+    document.write_text('{"format": "volumetool.memories", "memories": [' + " " * 10_000 + "]}")
+    big = run_cli("memories", "import", vol, document)
+    assert big.exit_code == 2 and "a JSON document larger than" in big.stderr, big
+    assert memories(vol) == before
+
+
 def test_prune_with_an_empty_file_is_refused(vol, run_cli, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")

@@ -225,6 +225,12 @@ class ImportPlan:
         return ", ".join(f"{self.counts[a]:,} {a}" for a in ACTIONS)
 
 
+# What an import reads at most: a line of JSON Lines, and a JSON document, which is read whole
+# (JSON Lines is streamed). A file that never ends (a device, a runaway pipe) stops there.
+MAX_LINE_BYTES = 64 * 2**20
+MAX_DOCUMENT_BYTES = 512 * 2**20
+
+
 class _Records:
     """Validated records of an import file, streamed; `number` is the line (JSON Lines) or
     record (JSON document) of the last one read."""
@@ -281,11 +287,17 @@ class _Records:
                 f"updated_at of {key!r} ({updated}) is before its created_at ({created})"
             )
 
+    def readline(self) -> bytes:
+        line = self.source.readline(MAX_LINE_BYTES + 1)
+        if len(line) > MAX_LINE_BYTES:
+            raise self.fail(f"a line longer than {MAX_LINE_BYTES // 2**20} MiB")
+        return line
+
     def __iter__(self) -> Iterator[tuple]:
-        first = self.source.readline().removeprefix(_BOM)
+        first = self.readline().removeprefix(_BOM)
         while first and not first.strip():
             self.number += 1
-            first = self.source.readline()
+            first = self.readline()
         if not first:
             return
         head = self._decode(first)
@@ -297,7 +309,14 @@ class _Records:
             yield from self._lines(head)
         else:
             self.number = 1
-            yield from self._document(first + self.source.read())
+            rest = self.source.read(max(0, MAX_DOCUMENT_BYTES + 1 - len(first)))
+            if len(first) + len(rest) > MAX_DOCUMENT_BYTES:
+                self.number = 0
+                raise self.fail(
+                    f"a JSON document larger than {MAX_DOCUMENT_BYTES // 2**20} MiB "
+                    "(JSON Lines is read a line at a time, of any length)"
+                )
+            yield from self._document(first + rest)
 
     def _decode(self, data: bytes) -> str:
         try:
@@ -316,7 +335,7 @@ class _Records:
                 except ValueError as exc:
                     raise self.fail(f"not valid JSON ({exc.msg})") from None
                 yield self.record(item)
-            raw = self.source.readline()
+            raw = self.readline()
             if not raw:
                 return
             self.number += 1

@@ -251,14 +251,23 @@ def _record(metrics, outcomes, duration: float, code: int, shard) -> int:
     return code
 
 
+PROMPT_MAX_BYTES = 1024 * 1024  # as a config file: more is no prompt (and /dev/zero never ends)
+
+
 def read_prompt(path: str) -> str:
-    """The --prompt-file text: UTF-8, not empty; `-` is stdin."""
+    """The --prompt-file text: UTF-8, not empty, at most 1 MiB; `-` is stdin."""
     from volumetool.errors import UnusableInput
 
     try:
-        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()  # noqa: SIM115
+        if path == "-":
+            data = sys.stdin.buffer.read(PROMPT_MAX_BYTES + 1)
+        else:
+            with open(path, "rb") as source:
+                data = source.read(PROMPT_MAX_BYTES + 1)
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot read the prompt file ({exc.strerror})") from None
+    if len(data) > PROMPT_MAX_BYTES:
+        raise UnusableInput(f"{path}: the prompt file is larger than 1 MiB")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
