@@ -350,6 +350,24 @@ def test_sarif_is_valid_sarif_2_1_0(configs, run_cli):
     assert {r["ruleId"] for r in run["results"]} == {"scope-value", "persistent-yaml11-bool"}
 
 
+def test_sarif_names_a_file_whose_name_is_not_utf8_by_its_bytes(tmp_path):
+    """A file name that is not UTF-8 (held by Python as lone surrogates) is a URI of its
+    bytes, percent-encoded, as in every other format; it was an error that wrote no SARIF."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / os.fsdecode(b"\xff.yaml")).write_text("memory:\n  scope: x\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "volumetool", "validate", ".", "--format", "sarif"],
+        cwd=tmp_path,
+        capture_output=True,
+    )
+    assert done.returncode == 1, done.stderr
+    [found] = json.loads(done.stdout)["runs"][0]["results"]
+    assert found["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "%FF.yaml"
+
+
 def test_json_schema_for_editors(run_cli):
     result = run_cli("validate", "--schema")
     schema = json.loads(result.stdout)

@@ -171,7 +171,10 @@ def write_github(report: Report, out: TextIO) -> None:
 
 
 def _uri(file: str) -> str:
-    return quote(Path(file).as_posix() if file != "-" else "stdin", safe="/:@!$&'()*+,;=-._~")
+    """A relative URI of the file: its name's bytes percent-encoded, so that a name that is not
+    UTF-8 (held as lone surrogates) is written as it is on disk."""
+    name = os.fsencode(Path(file).as_posix()) if file != "-" else b"stdin"
+    return quote(name, safe="/:@!$&'()*+,;=-._~")
 
 
 def sarif(report: Report) -> dict:
