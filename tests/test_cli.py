@@ -282,6 +282,40 @@ def test_an_output_encoding_that_cannot_hold_the_text_is_one_clear_line(tmp_path
     assert len(done.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["backup", "VOL", "OUT"],
+        ["memories", "export", "VOL", "-o", "OUT"],
+        ["report", "VOL", "-o", "OUT"],
+    ],
+    ids=lambda c: c[0] if c[0] != "memories" else "export",
+)
+def test_an_output_file_named_with_a_trailing_slash_is_refused(tmp_path, command):
+    """`-o newdir/` wrote a file `newdir` for export and report (backup refused it): every
+    writer now reads a trailing slash as a directory, which is no file to write."""
+    path = many_rows(tmp_path / "agent.db", memories=3, runs=3)
+    out = f"{tmp_path}/newdir/"
+    done = subprocess.run(
+        [*VT, *[str(path) if a == "VOL" else out if a == "OUT" else a for a in command]],
+        capture_output=True,
+    )
+    assert done.returncode == 2 and b"names a directory" in done.stderr, done.stderr
+    assert not (tmp_path / "newdir").exists()
+
+
+def test_a_new_volumes_directories_are_not_writable_by_others_whatever_the_umask(tmp_path):
+    done = subprocess.run(
+        [*VT, "init", f"{tmp_path}/a/b/"],
+        capture_output=True,
+        preexec_fn=lambda: os.umask(0),
+    )
+    assert done.returncode == 0, done.stderr
+    for directory in (tmp_path / "a", tmp_path / "a" / "b"):
+        assert directory.stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "a" / "b" / "agent.db").stat().st_mode & 0o777 == 0o600
+
+
 # The end of a command: the interpreter's teardown is skipped, nothing else is. `main` exits the
 # process, so each case runs in a child that records what a normal exit would have done.
 ENDING = """

@@ -23,6 +23,18 @@ from volumetool.timefmt import now_iso
 from volumetool.volume import connect
 
 
+def output_file(text: str, example: str) -> Path | None:
+    """A file to write, as named on the command line (`-o`, DEST): None for `-` (stdout). A
+    directory, or a name that ends in `/`, is unusable: the file would land under a name
+    nobody asked for (`DIR/` read as `DIR`)."""
+    if text == "-":
+        return None
+    path = Path(text)
+    if text.endswith("/") or path.is_dir():
+        raise UnusableInput(f"{text}: names a directory", f"name the file, e.g. DIR/{example}")
+    return path
+
+
 def refuse_existing(path: Path) -> None:
     if path.exists() or path.is_symlink():
         raise UnusableInput(f"{path}: already exists", "refusing to overwrite; pick a new path")
@@ -153,7 +165,11 @@ def staged_file(
         refuse_existing(path)
     try:
         if make_parents:  # a new volume's directory; an export or a backup needs an existing one
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # Never writable by others, whatever the umask: whoever can write in it can put
+            # another file in the volume's place.
+            missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+            for directory in reversed(missing):
+                directory.mkdir(mode=0o755, exist_ok=True)
         remove_stale_stages(path.parent, glob.escape(path.name))
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=stage_prefix(path.name))
     except OSError as exc:

@@ -27,19 +27,6 @@ from volumetool.volume import Volume
 RECORD_KIND = "backup"
 
 
-def backup_destination(text: str) -> Path | None:
-    """DEST as given on the command line: None for `-` (stdout); a directory, or a name that
-    ends in `/`, is unusable (the copy would land under a name nobody asked for)."""
-    if text == "-":
-        return None
-    path = Path(text)
-    if text.endswith("/") or path.is_dir():
-        raise UnusableInput(
-            f"{text}: names a directory", "name the file to create, e.g. DIR/agent-backup.db"
-        )
-    return path
-
-
 def backup(volume: Volume, dest: Path) -> Path:
     """Copy `volume` to `dest` (which must not exist) as one snapshot, check the copy's
     integrity, and link it into place only then (mode 0600: it holds personal data).

@@ -136,12 +136,13 @@ def backup(volume, dest, busy_timeout) -> None:
       volumetool backup ./vol /backups/support-bot-$(date -u +%F).db
       volumetool backup ./vol - | zstd > support-bot.db.zst
     """
+    from volumetool.atomic import output_file
     from volumetool.backup import backup as run
-    from volumetool.backup import backup_destination, backup_to_stream
+    from volumetool.backup import backup_to_stream
     from volumetool.errors import UnusableInput
     from volumetool.volume import Volume
 
-    path = backup_destination(dest)
+    path = output_file(dest, "agent-backup.db")
     if path is None and sys.stdout.isatty():
         raise UnusableInput(
             "refusing to write a database to a terminal",

@@ -142,21 +142,20 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     Example:
       volumetool memories export ./vol -o memories.jsonl
     """
-    from pathlib import Path
 
-    from volumetool.atomic import replaceable_mode, staged_file
+    from volumetool.atomic import output_file, replaceable_mode, staged_file
     from volumetool.memories import EXPORT_STARTS
     from volumetool.memories import export as write_export
     from volumetool.volume import Volume
 
+    target = output_file(output_path, "memories.jsonl")
     with Volume(volume, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
         name = vol.agent_name()
-        if output_path == "-":
+        if target is None:
             stdout = WholeWrites(sys.stdout.buffer)
             count = write_export(conn, stdout, fmt, name)
             stdout.flush()
         else:
-            target = Path(output_path)
             # Never over a volume or anything else named by mistake: an earlier export only;
             # and always 0600, whatever the file it replaces had (SPEC 7: personal facts).
             replaceable_mode(target, EXPORT_STARTS, "memories export")

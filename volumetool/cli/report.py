@@ -61,7 +61,6 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
       volumetool report /srv/agents/*/ --config agent.yaml -o /var/www/agents.html
     """
     from datetime import UTC, datetime
-    from pathlib import Path
 
     from volumetool import __version__
     from volumetool.cli import show_error
@@ -75,10 +74,13 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
         from volumetool.config import load_config
 
         settings = load_config(config_file).memory
-    if output_path != "-":
+    from volumetool.atomic import output_file
+
+    target = output_file(output_path, "report.html")
+    if target is not None:
         from volumetool.report.output import page_mode
 
-        page_mode(Path(output_path))  # refused before any volume is opened
+        page_mode(target)  # refused before any volume is opened
     volumes = shard_volumes(volumes, shard)
     if not volumes:  # SPEC 12: a shard with no volume succeeds with nothing to do
         return
@@ -91,7 +93,7 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
             f"no volume could be read ({len(failures)} tried)", "nothing was written"
         )
     document = page(reports, failures, now, __version__, config_file).encode()
-    if output_path == "-":
+    if target is None:
         from volumetool.cli.options import WholeWrites
 
         stdout = WholeWrites(sys.stdout.buffer)
@@ -100,7 +102,7 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
     else:
         from volumetool.report.output import write_page
 
-        write_page(Path(output_path), document)
+        write_page(target, document)
         say(
             f"wrote {output_path}: {len(reports)} volume(s)"
             + (f", {len(failures)} not read" if failures else "")
