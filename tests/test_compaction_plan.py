@@ -129,12 +129,14 @@ def test_fold_properties(live):
     # whole turns only, and at least three turns to fold anything
     assert plan.folded_turns <= max(len(turns) - 2, 0)
     assert list(plan.fold) == [m for turn in turns[: plan.folded_turns] for m in turn]
-    # no tool call is separated from its result
+    # no tool call is separated from its result, one that has not arrived included
     folded = {m.id for m in plan.fold}
     calls, results = calls_and_results(live)
     for cid, call_id in calls.items():
         if cid in results:
             assert (call_id in folded) == (results[cid] in folded), cid
+        else:
+            assert call_id not in folded, cid
 
 
 def test_fold_keeps_the_turn_whose_call_a_kept_turn_answers():
@@ -152,6 +154,24 @@ def test_fold_keeps_the_turn_whose_call_a_kept_turn_answers():
     plan = plan_fold(live)
     assert [m.id for m in plan.fold] == [1, 2]
     assert plan.folded_turns == 1
+
+
+def test_fold_keeps_the_turn_of_a_call_whose_result_has_not_arrived():
+    """SPEC 6: no boundary may separate a call from its result "however many turns later the
+    result arrives". A call with no result yet may be answered after the fold is committed,
+    in a live turn: so it stays live, and so does every turn after it."""
+    calls = json.dumps([{"id": "call_long", "function": {"name": "crawl"}}])
+    live = [
+        Message(1, "user", "q1"),
+        Message(2, "assistant", "a1"),
+        Message(3, "user", "q2"),
+        Message(4, "assistant", "", calls),
+        *(Message(5 + n, "user" if n % 2 == 0 else "assistant", f"m{n}") for n in range(8)),
+    ]
+    plan = plan_fold(live)
+    assert [m.id for m in plan.fold] == [1, 2] and plan.folded_turns == 1
+    held = plan_fold(live[2:])  # the call in the first turn: nothing may fold, and it says why
+    assert held.empty and "tool call is not yet answered" in held.why_empty
 
 
 def test_fold_with_fewer_than_three_turns_folds_nothing():

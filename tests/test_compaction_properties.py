@@ -272,6 +272,11 @@ def one_pass(server, path, session, api, fault, kind, n) -> bool:
     failed_since = [r for r in runs if r[2] == "compaction" and r[0] > last_compaction]
     due = figure is not None and figure >= THRESHOLD and len(turns) >= 3 and not failed_since
     fold = expected_fold(live) if due else []
+    called = [c["id"] for m in live if m[4] for c in json.loads(m[4])]
+    waiting = set(called) - {m[5] for m in live if m[5]}
+    event(f"a call without its result yet when planned: {bool(waiting)}")
+    # SPEC 6: however many turns later its result arrives, it is on the call's side: live.
+    assert not waiting & {c["id"] for m in fold if m[4] for c in json.loads(m[4])}
     answer = f"S{n}: the summary of pass {n}, PR #204."
     server.answer = lambda body: answer
     server.fault = fault

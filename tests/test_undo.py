@@ -279,3 +279,62 @@ def test_the_undo_event_names_the_thread_the_run_and_the_restored_summary(server
         "restored_run_id": first.run_id,
         "messages": plan.messages,
     }
+
+
+def test_undo_never_brings_back_a_summary_a_reset_deleted(server, tmp_path):
+    """SPEC 7: /reset deletes the transcript outright. A compaction before a reset went with
+    it: undoing the compaction after the reset restores no summary (there was none), and
+    undoing the one before is refused: its messages are gone."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = due_thread(w, "k", turns=6)
+    w.close()
+    server.answer = lambda body: "SUMMARY OF PRE-RESET TALK"
+    try:
+        [first], _ = compact([str(w.path)], request(server))
+        assert first.status == "compacted"
+        w = VolumeWriter(w.path)
+        w.conn.execute("DELETE FROM messages WHERE session_id = ?", (session,))  # the agent's
+        w.conn.execute("UPDATE sessions SET summary = NULL WHERE id = ?", (session,))  # /reset
+        w.close()
+        for n in range(6):
+            agent_turn(w.path, session, n)
+        server.answer = lambda body: "Summary after the reset."
+        [second], _ = compact([str(w.path)], request(server, force=True, key="k"))
+        assert second.status == "compacted"
+    finally:
+        server.answer = None
+    plan = undo_in(w.path, "k")
+    assert (plan.run_id, plan.restored_run_id, plan.restored_summary) == (second.run_id, None, None)
+    assert state(w.path, session)[1] == (None,)
+    with pytest.raises(ProblemsFound, match="are gone"):
+        undo_in(w.path, "k")
+
+
+def test_a_compaction_whose_earlier_messages_came_back_during_its_call_is_a_conflict(
+    server, tmp_path
+):
+    """`thread undo` of the compaction before, while the next one waits for its model: the
+    summary text it restores may be the very text the thread had (A, B, A), but the messages
+    it brings back lie before the new fold, which must not then be committed (they would
+    replay after a summary of what follows them)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = due_thread(w, "k", turns=6)
+    w.close()
+    server.answer = lambda body: "The same summary every time."
+    try:
+        for n in range(2):
+            [done], _ = compact([str(w.path)], request(server, force=True, key="k"))
+            assert done.status == "compacted", done
+            for m in range(3):
+                agent_turn(w.path, session, 10 * n + m)
+        before = state(w.path, session)[0]
+        server.on_request = lambda body: undo_in(w.path, "k")
+        [third], code = compact([str(w.path)], request(server, force=True, key="k"))
+    finally:
+        server.answer = server.on_request = None
+    assert (third.status, code) == ("conflict", 1), third
+    assert "became live again" in third.error
+    live = [m for m in state(w.path, session)[0] if m[7] is None]
+    assert [m[0] for m in live] == sorted(m[0] for m in live)
+    folded_before_undo = {m[0] for m in before if m[7] is not None}
+    assert all(m[7] is None or m[0] in folded_before_undo for m in state(w.path, session)[0])

@@ -22,9 +22,10 @@ def turns_of(live: list[tuple]) -> tuple[list[tuple], list[list[tuple]]]:
 
 def expected_fold(live: list[tuple]) -> list[tuple]:
     """'Every live turn except the last two is folded' — except that 'no boundary — prefix |
-    fold | kept turns — may separate a tool call from its result': a call and its result are
-    both folded or both stay live (the prefix and the kept turns replay together, after the
-    summary). The largest such fold."""
+    fold | kept turns — may separate a tool call from its result ... however many turns later
+    the result arrives': a call and its result are both folded or both stay live (the prefix
+    and the kept turns replay together, after the summary), and a call with no result yet
+    stays live (its result, when it comes, is live). The largest such fold."""
     _, turns = turns_of(live)
 
     def side(message_id: int, cut: int) -> str:
@@ -33,8 +34,12 @@ def expected_fold(live: list[tuple]) -> list[tuple]:
 
     calls = {c["id"]: m[0] for m in live if m[4] for c in json.loads(m[4]) if isinstance(c, dict)}
     pairs = [(calls[m[5]], m[0]) for m in live if m[5] in calls]
+    answered = {m[5] for m in live if m[5] in calls}
+    waiting = [call for call_id, call in calls.items() if call_id not in answered]
     for cut in range(len(turns) - 2, 0, -1):
-        if all(side(call, cut) == side(result, cut) for call, result in pairs):
+        if all(side(call, cut) == side(result, cut) for call, result in pairs) and all(
+            side(call, cut) == "live" for call in waiting
+        ):
             return [m for turn in turns[:cut] for m in turn]
     return []
 

@@ -151,22 +151,38 @@ class FoldPlan:
     def empty(self) -> bool:
         return not self.fold
 
+    @property
+    def why_empty(self) -> str:
+        """Why nothing folds: too few turns, or a tool call that keeps its turn live."""
+        if sum(m.role == "user" for m in self.keep) > KEPT_TURNS:
+            return (
+                "nothing to fold: a tool call is not yet answered, or answered in a turn that stays"
+            )
+        return "nothing to fold: the last two turns are kept"
+
 
 PREFIX = -1  # the segment index of the prefix, before turn 0
 
 
 def _pairs(prefix: Sequence[Message], turns: Sequence[Sequence[Message]]) -> list[tuple[int, int]]:
-    """(segment of a tool call, segment of its result) for every answered call, where a
-    segment is the index of the turn holding the message, PREFIX for the prefix."""
+    """(segment of a tool call, segment of its result) for every call, where a segment is the
+    index of the turn holding the message, PREFIX for the prefix. A call with no result yet
+    is paired with the turns to come (`len(turns)`): its result may arrive any number of turns
+    later, and must then be on the call's side (SPEC 6, "Tool pairs")."""
     segments = [(PREFIX, prefix), *enumerate(turns)]
     called: dict[str, int] = {}
+    answered: set[str] = set()
     pairs = []
     for segment, messages in segments:
         for message in messages:
             if message.tool_call_id is not None and message.tool_call_id in called:
                 pairs.append((called[message.tool_call_id], segment))
+                answered.add(message.tool_call_id)
             for call_id in message.call_ids():
                 called.setdefault(call_id, segment)
+    pairs.extend(
+        (segment, len(turns)) for call_id, segment in called.items() if call_id not in answered
+    )
     return pairs
 
 

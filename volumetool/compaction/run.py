@@ -332,7 +332,7 @@ class _Planner:
         thread = load_thread(conn, session_id)
         plan = plan_fold(thread.live)
         if plan.empty:
-            reason = "nothing to fold: the last two turns are kept"
+            reason = plan.why_empty
             self.skip(volume, key, session_id, reason, due)
             return None
         folded = estimate_tokens(None, plan.fold)

@@ -177,6 +177,24 @@ def conflict_reason(
             f"{changed} of the {len(fold)} messages to fold were replaced meanwhile "
             "(the thread was reset and written again)"
         )
+    # The live messages up to the fold's last must be those the plan saw: one that came back
+    # meanwhile (`thread undo` of the compaction before, even one that put back the same
+    # summary text) would then sit after a summary of messages that follow it.
+    last = fold[-1].id
+    planned = {m.id for m in thread.live if m.id <= last}
+    back = [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM messages WHERE session_id = ? AND folded_by IS NULL AND id <= ?",
+            (thread.session_id, last),
+        )
+        if r[0] not in planned
+    ]
+    if back:
+        return (
+            f"{len(back)} earlier message(s) became live again meanwhile (a compaction was "
+            "undone): folding now would put them out of order"
+        )
     return None
 
 

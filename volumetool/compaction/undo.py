@@ -41,12 +41,23 @@ def plan_undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
     if not standing:
         raise ProblemsFound(f"thread {session_id} ({key!r}) has no compaction to undo")
     (run_id, wrote, kept), previous = standing[0], standing[1] if len(standing) > 1 else None
+    folded = conn.execute(
+        "SELECT count(*) FROM messages WHERE folded_by = ?", (run_id,)
+    ).fetchone()[0]
+    if not folded:
+        raise ProblemsFound(
+            f"the messages compaction run {run_id} folded are gone (the thread was reset "
+            "after it): there is nothing to bring back",
+            "nothing was changed",
+        )
     current = conn.execute("SELECT summary FROM sessions WHERE id = ?", (session_id,)).fetchone()
     if kept and wrote is not None and current[0] != wrote:
         raise ProblemsFound(
             f"the summary of thread {session_id} changed after compaction run {run_id}; "
             "undoing it would lose that change",
         )
+    if previous is not None and not _folded_any(conn, previous[0]):
+        previous = None  # a compaction from before a /reset: its summary went with it
     restored: str | None = None
     if previous is not None:
         restored = previous[1]
@@ -56,10 +67,15 @@ def plan_undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
                 "was written before volumetool kept summaries, or by the agent itself)",
                 "nothing was changed",
             )
-    folded = conn.execute(
-        "SELECT count(*) FROM messages WHERE folded_by = ?", (run_id,)
-    ).fetchone()[0]
     return UndoPlan(session_id, run_id, folded, previous[0] if previous else None, restored)
+
+
+def _folded_any(conn: sqlite3.Connection, run_id: int) -> bool:
+    """Whether any message the compaction folded is still in the file: all of them go when the
+    thread is reset (SPEC 7: /reset deletes the transcript outright), and nothing else deletes
+    one from a thread that stays."""
+    found = conn.execute("SELECT 1 FROM messages WHERE folded_by = ? LIMIT 1", (run_id,))
+    return found.fetchone() is not None
 
 
 def undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
