@@ -170,14 +170,15 @@ def test_an_answer_waiting_to_be_written_at_ctrl_c_is_recorded_not_committed(
     assert written == [run.Ending("m", times, failure=INTERRUPTED_AFTER, usage=usage, kept=kept)]
 
 
-@pytest.mark.parametrize("answer", ["failure", "summary", "no call"])
+@pytest.mark.parametrize("answer", ["failure", "summary", "no call", "none yet"])
 def test_ctrl_c_while_the_folds_facts_are_still_read_keeps_what_the_call_cost(monkeypatch, answer):
     """The fold's facts are read in a thread while the model writes; a fast answer may come
     back before that reading ends (a 1 MB fold takes tens of ms). Ctrl-C while the thread
     waits for it must not lose the call: a failure that came back is returned as it is, an
     answer as interrupted before it was committed (its facts were not all read), each with
-    what the call reported. A second Ctrl-C stops at once; so does the first when no call was
-    made (the endpoint was known unusable)."""
+    what the call reported; a call still waiting for its answer ("none yet") as interrupted
+    during the call. A second Ctrl-C stops at once; so does the first when no call was made
+    (the endpoint was known unusable)."""
     from concurrent.futures import ThreadPoolExecutor
     from types import SimpleNamespace
 
@@ -194,6 +195,8 @@ def test_ctrl_c_while_the_folds_facts_are_still_read_keeps_what_the_call_cost(mo
         spent.sent, spent.usage = True, usage
         if answer == "failure":
             raise SummaryFailed("finish_reason content_filter", usage)
+        if answer == "none yet":
+            await asyncio.Event().wait()  # the model is still writing
         return Summary("A summary.", usage)
 
     def fold_facts(previous, fold):
@@ -228,8 +231,13 @@ def test_ctrl_c_while_the_folds_facts_are_still_read_keeps_what_the_call_cost(mo
             asyncio.run(scenario(1))
         return
     ending = asyncio.run(scenario(1))
-    expected = "finish_reason content_filter" if answer == "failure" else INTERRUPTED_AFTER
+    expected = {
+        "failure": "finish_reason content_filter",
+        "summary": INTERRUPTED_AFTER,
+        "none yet": INTERRUPTED,
+    }[answer]
     assert (ending.failure, ending.usage, ending.summary) == (expected, usage, None)
-    if answer == "failure":  # it waits for the reading to end, and Ctrl-C again stops that
+    assert ending.model == "m" and ending.times.started_at <= ending.times.finished_at
+    if answer != "summary":  # it waits for the reading to end, and Ctrl-C again stops that
         with pytest.raises(asyncio.CancelledError):
             asyncio.run(scenario(2))
