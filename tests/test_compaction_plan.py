@@ -139,37 +139,27 @@ def test_fold_properties(live):
             assert call_id not in folded, cid
 
 
-def test_fold_keeps_the_turn_whose_call_a_kept_turn_answers():
+@pytest.mark.parametrize("result", ["in a kept turn", "not yet"])
+def test_fold_keeps_the_turn_of_a_call_answered_in_a_kept_turn_or_not_yet(result):
+    """SPEC 6: no boundary may separate a call from its result "however many turns later the
+    result arrives". A call with no result yet may be answered after the fold is committed,
+    in a live turn: so it stays live, as one answered in a kept turn does, and so does every
+    turn after it."""
     calls = json.dumps([{"id": "late", "function": {"name": "f"}}])
+    answered = [Message(6, "tool", "result", None, "late")] if result == "in a kept turn" else []
     live = [
         Message(1, "user", "q1"),
         Message(2, "assistant", "a1"),
         Message(3, "user", "q2"),
         Message(4, "assistant", "", calls),
         Message(5, "user", "q3"),
-        Message(6, "tool", "result", None, "late"),
+        *answered,
         Message(7, "user", "q4"),
         Message(8, "assistant", "a4"),
     ]
     plan = plan_fold(live)
     assert [m.id for m in plan.fold] == [1, 2]
     assert plan.folded_turns == 1
-
-
-def test_fold_keeps_the_turn_of_a_call_whose_result_has_not_arrived():
-    """SPEC 6: no boundary may separate a call from its result "however many turns later the
-    result arrives". A call with no result yet may be answered after the fold is committed,
-    in a live turn: so it stays live, and so does every turn after it."""
-    calls = json.dumps([{"id": "call_long", "function": {"name": "crawl"}}])
-    live = [
-        Message(1, "user", "q1"),
-        Message(2, "assistant", "a1"),
-        Message(3, "user", "q2"),
-        Message(4, "assistant", "", calls),
-        *(Message(5 + n, "user" if n % 2 == 0 else "assistant", f"m{n}") for n in range(8)),
-    ]
-    plan = plan_fold(live)
-    assert [m.id for m in plan.fold] == [1, 2] and plan.folded_turns == 1
     held = plan_fold(live[2:])  # the call in the first turn: nothing may fold, and it says why
     assert held.empty and "tool call is not yet answered" in held.why_empty
 
