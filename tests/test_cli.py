@@ -295,12 +295,15 @@ def test_an_output_file_named_with_a_trailing_slash_is_refused(tmp_path, command
     """`-o newdir/` wrote a file `newdir` for export and report (backup refused it): every
     writer now reads a trailing slash as a directory, which is no file to write."""
     path = many_rows(tmp_path / "agent.db", memories=3, runs=3)
-    out = f"{tmp_path}/newdir/"
-    done = subprocess.run(
-        [*VT, *[str(path) if a == "VOL" else out if a == "OUT" else a for a in command]],
-        capture_output=True,
-    )
-    assert done.returncode == 2 and b"names a directory" in done.stderr, done.stderr
+    for out, says in (
+        (f"{tmp_path}/newdir/", b"names a directory"),
+        (f"{tmp_path}/{'n' * 300}", b"File name too long"),  # exit 2 too, not an OS error's 1
+    ):
+        done = subprocess.run(
+            [*VT, *[str(path) if a == "VOL" else out if a == "OUT" else a for a in command]],
+            capture_output=True,
+        )
+        assert done.returncode == 2 and says in done.stderr, done.stderr
     assert not (tmp_path / "newdir").exists()
 
 

@@ -274,6 +274,7 @@ PLANTED_JSON = {
     "a name twice": '{"action":"remember","key":"a","key":"b"}',
     "a lone surrogate": '{"action":"remember","key":"\\ud800x"}',
     "a low surrogate": '["\\udc00"]',
+    "deep, with a lone surrogate": '{"k":"\\ud800","d":' + "[" * 950 + "]" * 950 + "}",
 }
 
 

@@ -30,7 +30,11 @@ def output_file(text: str, example: str) -> Path | None:
     if text == "-":
         return None
     path = Path(text)
-    if text.endswith("/") or path.is_dir():
+    try:
+        directory = text.endswith("/") or path.is_dir()
+    except OSError as exc:  # a name too long, a directory without permission
+        raise UnusableInput(f"{text}: cannot use the name ({exc.strerror or exc})") from None
+    if directory:
         raise UnusableInput(f"{text}: names a directory", f"name the file, e.g. DIR/{example}")
     return path
 
@@ -61,11 +65,15 @@ def replaceable_mode(path: Path, kinds: tuple[bytes, ...], what: str, new_mode: 
     file of this kind does (`kinds`: its first bytes). A volume, a directory, a device, a
     symbolic link (the rename would replace the link, not where it points) or any other file
     named by mistake is refused (exit 2) before anything is written or read past its start."""
-    if path.is_symlink():
+    try:
+        link, exists = path.is_symlink(), path.exists()
+    except OSError as exc:  # a name too long, a directory without permission
+        raise UnusableInput(f"{path}: cannot use the name ({exc.strerror or exc})") from None
+    if link:
         raise UnusableInput(
             f"{path}: is a symbolic link; refusing to replace it", f"name the {what}'s file itself"
         )
-    if not path.exists():
+    if not exists:
         return new_mode
     if not path.is_file():
         raise UnusableInput(f"{path}: not a regular file", f"name the {what}'s file")

@@ -87,9 +87,9 @@ def json_value(text: str | None) -> object:
         )
     except (ValueError, RecursionError):
         return text
-    if _SURROGATE_ESCAPE.search(text) and _has_surrogate(value):
-        return text
     if text.count("[") + text.count("{") > JSON_MAX_DEPTH and _depth(value) > JSON_MAX_DEPTH:
+        return text  # first: no deeper value is written again, even to be checked
+    if _SURROGATE_ESCAPE.search(text) and _has_surrogate(value):
         return text
     return value
 
