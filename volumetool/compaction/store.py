@@ -180,20 +180,18 @@ def conflict_reason(
     # The live messages up to the fold's last must be those the plan saw: one that came back
     # meanwhile (`thread undo` of the compaction before, even one that put back the same
     # summary text) would then sit after a summary of messages that follow it.
+    # (Those are all still live, the fold checked above and the prefix never folds, so a
+    # count tells: only a reset deletes a message, and a reset changes the fold.)
     last = fold[-1].id
-    planned = {m.id for m in thread.live if m.id <= last}
-    back = [
-        r[0]
-        for r in conn.execute(
-            "SELECT id FROM messages WHERE session_id = ? AND folded_by IS NULL AND id <= ?",
-            (thread.session_id, last),
-        )
-        if r[0] not in planned
-    ]
-    if back:
+    planned = sum(1 for m in thread.live if m.id <= last)
+    (live,) = conn.execute(
+        "SELECT count(*) FROM messages WHERE session_id = ? AND folded_by IS NULL AND id <= ?",
+        (thread.session_id, last),
+    ).fetchone()
+    if live != planned:
         return (
-            f"{len(back)} earlier message(s) became live again meanwhile (a compaction was "
-            "undone): folding now would put them out of order"
+            f"{live - planned} earlier message(s) became live again meanwhile (a compaction "
+            "was undone): folding now would put them out of order"
         )
     return None
 
