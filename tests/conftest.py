@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,13 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 MUTANTS = os.environ.get("HYPOTHESIS_PROFILE") == "mutants"
+
+# A shell starts a background job without job control (`make test &` in a script, some CI
+# runners) with SIGINT ignored, and every process it starts inherits that: the Ctrl-C tests'
+# volumetool would never see their SIGINT. Python's own handler here is reset to the default
+# in each child on exec, so the children take SIGINT as a terminal would deliver it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def examples(n: int) -> int:
