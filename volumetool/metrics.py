@@ -288,7 +288,8 @@ def metrics_mode(path: Path) -> int:
 def write_textfile(path: Path, text: str) -> None:
     """Replace `path` with `text` atomically (a temporary file in the same directory, renamed),
     readable by all, so that node_exporter never reads half a file; the temporary name starts
-    with a dot and does not end in .prom, so the collector never reads it either."""
+    with a dot and does not end in .prom, so the collector never reads it either. `path` is
+    checked again first (the run took a while): only an earlier metrics file is replaced."""
     from volumetool.atomic import staged_file
 
     try:
@@ -312,20 +313,23 @@ def record_compaction(
     """Write a compaction run's metrics file, keeping the last success of the file it replaces."""
     import time
 
-    previous = None
-    try:
-        metrics_mode(path)  # still an earlier metrics file, or none: read no other kind
-        with path.open("rb") as earlier:
-            text_before = earlier.read(PREVIOUS_MAX_BYTES).decode("utf-8", errors="replace")
-        previous = last_success_in(text_before)
-    except (OSError, UnusableInput):
-        pass
     text = compaction_metrics(
         outcomes,
         duration,
         finished_at=time.time(),
         succeeded=succeeded,
-        previous_success=previous,
+        previous_success=None if succeeded else _last_success_before(path),
         labels=labels,
     )
     write_textfile(path, text)
+
+
+def _last_success_before(path: Path) -> float | None:
+    """The last success the earlier metrics file at `path` records: read (1 MiB at most) only
+    when it is one, so that no other file named there is read at all."""
+    try:
+        metrics_mode(path)
+        with path.open("rb") as earlier:
+            return last_success_in(earlier.read(PREVIOUS_MAX_BYTES).decode("utf-8", "replace"))
+    except (OSError, UnusableInput):
+        return None

@@ -256,14 +256,11 @@ PROMPT_MAX_BYTES = 1024 * 1024  # as a config file: more is no prompt (and /dev/
 
 def read_prompt(path: str) -> str:
     """The --prompt-file text: UTF-8, not empty, at most 1 MiB; `-` is stdin."""
+    from volumetool.config import read_source
     from volumetool.errors import UnusableInput
 
     try:
-        if path == "-":
-            data = sys.stdin.buffer.read(PROMPT_MAX_BYTES + 1)
-        else:
-            with open(path, "rb") as source:
-                data = source.read(PROMPT_MAX_BYTES + 1)
+        data = read_source(path, PROMPT_MAX_BYTES)  # read as a config file is: bounded
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot read the prompt file ({exc.strerror})") from None
     if len(data) > PROMPT_MAX_BYTES:

@@ -142,7 +142,6 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     Example:
       volumetool memories export ./vol -o memories.jsonl
     """
-
     from volumetool.atomic import output_file, replaceable_mode, staged_file
     from volumetool.memories import EXPORT_STARTS
     from volumetool.memories import export as write_export

@@ -63,6 +63,7 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
     from datetime import UTC, datetime
 
     from volumetool import __version__
+    from volumetool.atomic import output_file
     from volumetool.cli import show_error
     from volumetool.errors import UnusableInput, worst_exit_code
     from volumetool.report.gather import read_volumes, window
@@ -74,8 +75,6 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
         from volumetool.config import load_config
 
         settings = load_config(config_file).memory
-    from volumetool.atomic import output_file
-
     target = output_file(output_path, "report.html")
     if target is not None:
         from volumetool.report.output import page_mode
