@@ -596,9 +596,8 @@ def test_metrics_file_never_replaces_a_volume_a_link_a_device_or_another_file(
         (volume, "refusing to replace"),
         (notes, "refusing to replace"),
         (link, "symbolic link"),
-        (fifo, "not a regular file"),
-        (Path("/dev/null"), "not a regular file"),
-    ):
+        (fifo, "not a regular file"),  # as a device is (not /dev/null here: a regression
+    ):  # would replace it on the host, as it did once)
         result = run_compact(run_cli, volume, config, "--metrics-file", target)
         assert_clean_error(result, 2, says)
     assert server.requests == [] and volume.read_bytes() == before
