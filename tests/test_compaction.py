@@ -908,3 +908,35 @@ def test_planning_a_thread_reads_that_thread_only(tmp_path):
     for search in searches:
         assert "_by_session" in search or "PRIMARY KEY" in search, (search, statements)
     w.close()
+
+
+def test_a_call_reusing_an_answered_calls_id_stays_live_until_answered(run_cli, tmp_path, server):
+    """Servers reuse ids (`call_0` in every answer). Turn 1 has `call_0` and its result; turn 2
+    a new `call_0` still waiting; two more turns. Only turn 1 folds: when the second result
+    arrives, its call is live beside it."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    s = w.thread("discord:9")
+    call = {"id": "call_0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    long = " The deploy pipeline reads its settings at start-up and waits for sign-off." * 8
+    w.message(s, "user", "Question 1:" + long)
+    w.message(s, "assistant", "", tool_calls=[call])
+    w.message(s, "tool", "Result 1:" + long, tool_call_id="call_0")
+    w.message(s, "assistant", "Answer 1:" + long)
+    w.message(s, "user", "Question 2:" + long)
+    waiting = w.message(s, "assistant", "", tool_calls=[call])
+    for n in (3, 4):
+        w.message(s, "user", f"Question {n}:" + long)
+        w.message(s, "assistant", f"Answer {n}:" + long)
+    w.run(s, input_tokens=60_000, last_input_tokens=60_000)
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    result = compact(run_cli, {"path": w.path, "config": config}, "--json")
+    assert result.exit_code == 0, result
+    [outcome] = json.loads(result.stdout)
+    assert (outcome["status"], outcome["folded_turns"], outcome["folded_messages"]) == (
+        "compacted",
+        1,
+        4,
+    )
+    live, _ = live_and_folded(w.path, s)
+    assert waiting in live and live[0] == waiting - 1  # turn 2 onwards, the waiting call too

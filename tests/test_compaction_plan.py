@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
-from tests.support.oracle import expected_fold, tokens
+from tests.support.oracle import expected_fold, pair_calls, tokens
 from tests.support.strategies import transcripts
 from volumetool.compaction.plan import (
     BACKOFF_MAX,
@@ -39,10 +39,9 @@ from volumetool.settings import MemorySettings
 ON = MemorySettings(scope="thread", compact_at_tokens=50_000)
 
 
-def calls_and_results(messages):
-    calls = {cid: m.id for m in messages for cid in m.call_ids()}
-    results = {m.tool_call_id: m.id for m in messages if m.tool_call_id}
-    return calls, results
+def rows_of(live: list[Message]) -> list[tuple]:
+    """Messages as the oracle reads them: rows of the messages table."""
+    return [(m.id, 1, m.role, m.content, m.tool_calls, m.tool_call_id) for m in live]
 
 
 def test_not_shorter_counts_the_previous_summary_and_the_fold_and_equal_is_not_shorter():
@@ -131,12 +130,10 @@ def test_fold_properties(live):
     assert list(plan.fold) == [m for turn in turns[: plan.folded_turns] for m in turn]
     # no tool call is separated from its result, one that has not arrived included
     folded = {m.id for m in plan.fold}
-    calls, results = calls_and_results(live)
-    for cid, call_id in calls.items():
-        if cid in results:
-            assert (call_id in folded) == (results[cid] in folded), cid
-        else:
-            assert call_id not in folded, cid
+    pairs, waiting = pair_calls(rows_of(live))
+    for call, result in pairs:
+        assert (call in folded) == (result in folded), (call, result)
+    assert not folded & set(waiting)
 
 
 @pytest.mark.parametrize("result", ["in a kept turn", "not yet"])
@@ -315,8 +312,31 @@ def test_acceptance_of_a_summary():
 @given(transcripts())
 def test_the_fold_is_the_largest_that_parts_no_tool_pair(live):
     """plan_fold against the oracle written from the SPEC's words (brute force over cuts)."""
-    rows = [(m.id, 1, m.role, m.content, m.tool_calls, m.tool_call_id) for m in live]
-    assert [m.id for m in plan_fold(live).fold] == [r[0] for r in expected_fold(rows)]
+    assert [m.id for m in plan_fold(live).fold] == [r[0] for r in expected_fold(rows_of(live))]
+
+
+def test_a_reused_call_id_pairs_each_result_with_the_latest_call_waiting_for_it():
+    """Servers reuse ids (`call_0` in every answer). Turn 1's `call_0` is answered; turn 2 makes
+    a new `call_0` still waiting: it must stay live, and so must every turn after it."""
+
+    def call(n: int) -> Message:
+        return Message(n, "assistant", "", json.dumps([{"id": "call_0", "function": {}}]))
+
+    live = [
+        Message(1, "user", "q1"),
+        call(2),
+        Message(3, "tool", "r1", None, "call_0"),
+        Message(4, "user", "q2"),
+        call(5),
+        Message(6, "user", "q3"),
+        Message(7, "user", "q4"),
+        Message(8, "user", "q5"),
+    ]
+    assert [m.id for m in plan_fold(live).fold] == [1, 2, 3]
+    # answered two turns late, in a kept turn: the second call's turn still stays
+    live.insert(7, Message(9, "tool", "r2", None, "call_0"))
+    assert [m.id for m in plan_fold(live).fold] == [1, 2, 3]
+    assert [m.id for m in plan_fold(live).fold] == [r[0] for r in expected_fold(rows_of(live))]
 
 
 def test_a_prefix_call_answered_in_a_turn_keeps_that_turn_live():

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tests.support.model_server import ACCEPTED, CONTROL_SUMMARY, ModelServer
-from tests.support.oracle import expected_fold, replaced_tokens, tokens, turns_of
+from tests.support.oracle import expected_fold, pair_calls, replaced_tokens, tokens, turns_of
+from tests.support.strategies import ID_SCHEMES
 from tests.support.volumes import VolumeWriter, table_dump
 from volumetool.compaction.run import Request, compact
 from volumetool.model_client import RetryPolicy
@@ -81,9 +82,16 @@ def threads(draw, turns: st.SearchStrategy[int] | None = None) -> list[Spec]:
     messages: list[Spec] = [Spec("system", text("sys")) for _ in range(draw(st.integers(0, 2)))]
     pending: list[tuple[str, int]] = []  # (call id, turns until its result arrives)
     n_calls = iter(range(10**6))
+    scheme = draw(st.sampled_from(ID_SCHEMES))  # ids are reused, as real servers do
+
+    def ids(n: int) -> list[str]:
+        if scheme == "unique":
+            return [f"c{next(n_calls)}" for _ in range(n)]
+        return [f"call_{i}" if scheme == "per_answer" else "call" for i in range(n)]
+
     if draw(st.sampled_from([False, False, False, True])):
-        call_id = f"p{next(n_calls)}"
-        messages.append(call(call_id and [call_id]))
+        [call_id] = ids(1)
+        messages.append(call([call_id]))
         pending.append((call_id, draw(st.sampled_from([3, 5, 0, 1]))))
         event("a tool call in the prefix")
     for _ in range(draw(turns if turns is not None else st.sampled_from([5, 4, 3, 6, 8]))):
@@ -95,9 +103,9 @@ def threads(draw, turns: st.SearchStrategy[int] | None = None) -> list[Spec]:
         if draw(st.integers(0, 5)) == 0:
             messages.append(Spec("system", text("mid-system")))
         for _ in range(draw(st.integers(0, 2))):
-            ids = [f"c{next(n_calls)}" for _ in range(draw(st.integers(1, 2)))]
-            messages.append(call(ids))
-            for call_id in ids:
+            made = ids(draw(st.integers(1, 2)))
+            messages.append(call(made))
+            for call_id in made:
                 delay = draw(st.sampled_from([0, 0, 0, 0, 0, 0, 1, 3]))
                 if delay:
                     pending.append((call_id, delay - 1))
@@ -144,9 +152,7 @@ def write(path: Path, session: int, specs: list[Spec], figure: int | None, tag: 
     w = VolumeWriter(path)
     for m in specs:
         content = f"{tag}{m.content}" if m.content else ""
-        calls = m.tool_calls and [{**c, "id": tag + c["id"]} for c in m.tool_calls]
-        answers = m.tool_call_id and tag + m.tool_call_id
-        w.message(session, m.role, content, calls, answers)
+        w.message(session, m.role, content, m.tool_calls, m.tool_call_id)
     w.run(session, input_tokens=figure, last_input_tokens=figure)
     w.close()
     return session
@@ -160,10 +166,11 @@ def interfere(path: Path, session: int, kind: str, live: list[tuple]) -> None:
         w.message(session, "user", "written during the call")
         w.message(session, "assistant", "answered during the call")
     elif kind == "append_result":
-        calls = [c["id"] for m in live if m[4] for c in json.loads(m[4])]
-        answered = {m[5] for m in live if m[5]}
-        open_calls = [c for c in calls if c not in answered] or ["orphan"]
-        w.message(session, "tool", "a late result written during the call", None, open_calls[0])
+        _, waiting = pair_calls(live)
+        ids = [c["id"] for m in live if m[0] in waiting for c in json.loads(m[4])]
+        w.message(
+            session, "tool", "a late result written during the call", None, [*ids, "orphan"][0]
+        )
     elif kind == "new":
         w.conn.execute("UPDATE sessions SET status = 'archived' WHERE id = ?", (session,))
         w.thread("k")
@@ -272,11 +279,10 @@ def one_pass(server, path, session, api, fault, kind, n) -> bool:
     failed_since = [r for r in runs if r[2] == "compaction" and r[0] > last_compaction]
     due = figure is not None and figure >= THRESHOLD and len(turns) >= 3 and not failed_since
     fold = expected_fold(live) if due else []
-    called = [c["id"] for m in live if m[4] for c in json.loads(m[4])]
-    waiting = set(called) - {m[5] for m in live if m[5]}
+    _, waiting = pair_calls(live)
     event(f"a call without its result yet when planned: {bool(waiting)}")
     # SPEC 6: however many turns later its result arrives, it is on the call's side: live.
-    assert not waiting & {c["id"] for m in fold if m[4] for c in json.loads(m[4])}
+    assert not set(waiting) & {m[0] for m in fold}
     answer = f"S{n}: the summary of pass {n}, PR #204."
     server.answer = lambda body: answer
     server.fault = fault

@@ -32,16 +32,36 @@ def expected_fold(live: list[tuple]) -> list[tuple]:
         folded = any(m[0] == message_id for turn in turns[:cut] for m in turn)
         return "fold" if folded else "live"
 
-    calls = {c["id"]: m[0] for m in live if m[4] for c in json.loads(m[4]) if isinstance(c, dict)}
-    pairs = [(calls[m[5]], m[0]) for m in live if m[5] in calls]
-    answered = {m[5] for m in live if m[5] in calls}
-    waiting = [call for call_id, call in calls.items() if call_id not in answered]
+    pairs, waiting = pair_calls(live)
     for cut in range(len(turns) - 2, 0, -1):
         if all(side(call, cut) == side(result, cut) for call, result in pairs) and all(
             side(call, cut) == "live" for call in waiting
         ):
             return [m for turn in turns[:cut] for m in turn]
     return []
+
+
+def pair_calls(live: list[tuple]) -> tuple[list[tuple[int, int]], list[int]]:
+    """(call message, result message) pairs, and the call messages still waiting for a result.
+    Ids are reused (one constant id, `call_0` in every answer): a result answers the most
+    recent call of its id that has no result yet; a result with none waiting (a duplicate)
+    goes with the most recent call of its id."""
+    pairs: list[tuple[int, int]] = []
+    calls: list[tuple[str, int]] = []  # (id, message) of every call made so far, in order
+    answered: list[bool] = []
+    for message in live:
+        if message[5] is not None:
+            mine = [n for n, (call_id, _) in enumerate(calls) if call_id == message[5]]
+            open_ = [n for n in mine if not answered[n]]
+            if mine:
+                n = open_[-1] if open_ else mine[-1]
+                answered[n] = True
+                pairs.append((calls[n][1], message[0]))
+        for call in json.loads(message[4]) if message[4] else []:
+            if isinstance(call, dict) and call.get("id") is not None:
+                calls.append((str(call["id"]), message[0]))
+                answered.append(False)
+    return pairs, [message for n, (_, message) in enumerate(calls) if not answered[n]]
 
 
 def tokens(text: str) -> int:

@@ -168,21 +168,25 @@ def _pairs(prefix: Sequence[Message], turns: Sequence[Sequence[Message]]) -> lis
     """(segment of a tool call, segment of its result) for every call, where a segment is the
     index of the turn holding the message, PREFIX for the prefix. A call with no result yet
     is paired with the turns to come (`len(turns)`): its result may arrive any number of turns
-    later, and must then be on the call's side (SPEC 6, "Tool pairs")."""
+    later, and must then be on the call's side (SPEC 6, "Tool pairs").
+
+    Servers reuse ids (one constant id, or `call_0` in every answer), so a result answers the
+    most recent call of its id still waiting for one; a result with no call waiting (a
+    duplicate) stays with the most recent call of its id."""
     segments = [(PREFIX, prefix), *enumerate(turns)]
-    called: dict[str, int] = {}
-    answered: set[str] = set()
+    waiting: dict[str, list[int]] = {}  # per id, the segments of its unanswered calls, in order
+    latest: dict[str, int] = {}  # per id, the segment of its most recent call
     pairs = []
     for segment, messages in segments:
         for message in messages:
-            if message.tool_call_id is not None and message.tool_call_id in called:
-                pairs.append((called[message.tool_call_id], segment))
-                answered.add(message.tool_call_id)
+            call_id = message.tool_call_id
+            if call_id is not None and call_id in latest:
+                calls = waiting[call_id]
+                pairs.append((calls.pop() if calls else latest[call_id], segment))
             for call_id in message.call_ids():
-                called.setdefault(call_id, segment)
-    pairs.extend(
-        (segment, len(turns)) for call_id, segment in called.items() if call_id not in answered
-    )
+                waiting.setdefault(call_id, []).append(segment)
+                latest[call_id] = segment
+    pairs.extend((call, len(turns)) for calls in waiting.values() for call in calls)
     return pairs
 
 
