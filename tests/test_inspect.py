@@ -9,6 +9,7 @@ import json
 import pytest
 
 from tests.conftest import assert_clean_error
+from tests.support.tsv import read_tsv
 from tests.support.volumes import VolumeWriter
 
 
@@ -347,8 +348,7 @@ def test_every_listing_in_every_format(volume, run_cli, listing):
     parsed = list(csv.DictReader(io.StringIO(run("--csv").stdout)))
     first = next(iter(as_json[0]))
     assert [r[first] for r in parsed] == [str(r[first] or "") for r in as_json]
-    tsv = list(csv.DictReader(io.StringIO(run("--tsv").stdout), delimiter="\t"))
-    assert tsv == parsed
+    assert read_tsv(run("--tsv").stdout) == parsed
     table = run().stdout
     assert table.splitlines()[0].split()[0] == first
     assert "|" in run("--fmt", "github").stdout

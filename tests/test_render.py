@@ -14,7 +14,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.support.volumes import VolumeWriter
+from tests.support.tsv import read_tsv
+from tests.support.volumes import VolumeWriter, due_thread
 from volumetool.render import Listing, OutputFormat, flat, render
 
 # SQLite text cannot hold lone surrogates; everything else is fair game.
@@ -61,10 +62,10 @@ def test_random_volumes_render_and_parse_back(run_cli_factory, thread_specs, mem
                 if line
             ]
             assert nl == rows
-            for kind, delimiter in (("--csv", ","), ("--tsv", "\t")):
-                out = run_cli_factory(*command, kind).stdout
-                parsed = list(csv.DictReader(io.StringIO(out, newline=""), delimiter=delimiter))
-                assert parsed == [{k: flat(v) for k, v in row.items()} for row in rows]
+            flat_rows = [{k: flat(v) for k, v in row.items()} for row in rows]
+            out = run_cli_factory(*command, "--csv").stdout
+            assert list(csv.DictReader(io.StringIO(out, newline=""))) == flat_rows
+            assert read_tsv(run_cli_factory(*command, "--tsv").stdout) == flat_rows
             for fmt in ("--table", "--fmt=grid"):
                 result = run_cli_factory(*command, fmt)
                 assert result.exit_code == 0, result
@@ -177,10 +178,10 @@ def test_machine_formats_keep_the_text_exactly(run_cli_factory, hostile, templat
         assert planted(bad)[field] in [row[field] for row in rows], field
     nl = [json.loads(line) for line in run_cli_factory(*command, "--nl").stdout.splitlines()]
     assert nl == rows
-    for kind, delimiter in (("--csv", ","), ("--tsv", "\t")):
-        out = run_cli_factory(*command, kind).stdout
-        parsed = list(csv.DictReader(io.StringIO(out, newline=""), delimiter=delimiter))
-        assert parsed == [{k: flat(v) for k, v in row.items()} for row in rows]
+    flat_rows = [{k: flat(v) for k, v in row.items()} for row in rows]
+    out = run_cli_factory(*command, "--csv").stdout
+    assert list(csv.DictReader(io.StringIO(out, newline=""))) == flat_rows
+    assert read_tsv(run_cli_factory(*command, "--tsv").stdout) == flat_rows
 
 
 def test_memory_values_are_exact_in_json_and_export(run_cli_factory, hostile):
@@ -322,3 +323,149 @@ def test_a_listing_of_a_damaged_table_leaves_stdout_empty(run_cli_factory, tmp_p
     assert result.exit_code == 2, result
     assert "Traceback" not in result.stderr
     assert result.stdout == ""
+
+
+# -- exact machine formats (SPEC 13) ---------------------------------------------------------
+
+TSV_TEXT = ["a\ttab", "two\nlines", "back\\slash \\n not a newline", "a bare\rCR", 'a "quote"']
+
+
+def tsv_volume(directory: Path) -> Path:
+    """A thread whose messages, key and channel and a memory hold each of TSV_TEXT."""
+    w = VolumeWriter(directory / "agent.db")
+    s = w.thread('telegram:"ana"', channel="web\nchat\t\\")
+    for text in TSV_TEXT:
+        w.message(s, "user", text)
+        w.message(s, "assistant", f"echo: {text}")
+    w.run(s, status="error", error="line one\nline two\tand a tab")
+    w.memory("k\tey", "\n".join(TSV_TEXT))
+    w.close()
+    return w.path
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [
+        ["transcript", "{v}", 'telegram:"ana"'],
+        ["sessions", "{v}"],
+        ["runs", "{v}"],
+        ["memories", "list", "{v}"],
+        ["search", "{v}", "echo"],
+    ],
+)
+def test_tsv_is_one_line_per_row_with_escapes(run_cli_factory, tmp_path, listing):
+    command = _command(listing, tsv_volume(tmp_path), "")
+    rows = json.loads(run_cli_factory(*command, "--json").stdout)
+    assert rows
+    out = run_cli_factory(*command, "--tsv").stdout
+    lines = out.split("\n")[:-1]
+    assert len(lines) == len(rows) + 1  # a header, then one line per row: `cut`/`awk` see rows
+    assert all(line.count("\t") == len(rows[0]) - 1 for line in lines), lines
+    assert "\r" not in out
+    assert read_tsv(out) == [{k: flat(v) for k, v in row.items()} for row in rows]
+
+
+def test_tsv_writes_each_escape_as_the_spec_names_it(run_cli_factory, tmp_path):
+    path = tsv_volume(tmp_path)
+    out = run_cli_factory("transcript", path, 'telegram:"ana"', "--tsv").stdout
+    contents = [line.split("\t")[2] for line in out.splitlines()[1:]]
+    assert contents[0::2] == [
+        "a\\ttab",
+        "two\\nlines",
+        "back\\\\slash \\\\n not a newline",
+        "a bare\\rCR",
+        'a "quote"',  # no quoting: a quote is a quote
+    ]
+
+
+def test_the_readme_tsv_idiom_takes_the_key(tmp_path):
+    """The README's `sessions --tsv -n 1 | tail -n 1 | cut -f 2`, by the real tools, gives the
+    key of a thread whose key has quotes and whose channel has a newline and a tab."""
+    import os
+    import subprocess
+    import sys
+
+    path = tsv_volume(tmp_path)
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    idiom = "volumetool sessions ./vol --tsv -n 1 | tail -n 1 | cut -f 2"
+    assert idiom in readme
+    bin_dir = Path(sys.executable).parent
+    done = subprocess.run(
+        ["bash", "-c", idiom.replace("./vol", '"$VOL"')],
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "VOL": path},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == 'telegram:"ana"\n'
+
+
+def _strict_json(stdout: bytes) -> list:
+    """The documents of --json (one) or --nl (one a line) output, read as strict UTF-8."""
+    text = stdout.decode("utf-8")  # errors="strict": a raw 0xFF byte fails here
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines()]
+
+
+def test_json_is_strict_utf8_for_a_path_that_is_not(tmp_path):
+    """A volume, a config and a file whose names hold byte 0xFF: every JSON document names them
+    with the text `\\xff`, as error lines do, never with the raw byte."""
+    import os
+    import subprocess
+    import sys
+
+    name = os.fsdecode(b"v\xff.db")
+    one = VolumeWriter(tmp_path / name)
+    due_thread(one, "telegram:ana")  # so that compact --dry-run has a thread to name
+    one.close()
+    second = tmp_path / os.fsdecode(b"w\xff.db")
+    second.write_bytes(one.path.read_bytes())
+    config = tmp_path / os.fsdecode(b"agent\xff.yaml")
+    config.write_text("memory:\n  scope: thread\nmodel: gpt-4.1\n")
+    wrong = tmp_path / os.fsdecode(b"wrong\xff.yaml")
+    wrong.write_text("memory:\n  scope: thread\n  persistent: maybe\nmodel: gpt-4.1\n")
+    commands = [
+        ["status", name, "--json"],
+        ["status", name, second.name, "--json"],
+        ["status", name, second.name, "--nl"],
+        ["compact", name, second.name, "--config", config.name, "--dry-run", "--json"],
+        ["compact", name, "--config", config.name, "--dry-run", "--nl"],
+        ["validate", wrong.name, "--format", "json"],
+        ["validate", wrong.name, "--format", "sarif"],
+    ]
+    for command in commands:
+        done = subprocess.run(
+            [sys.executable, "-m", "volumetool", *command], cwd=tmp_path, capture_output=True
+        )
+        assert done.returncode in (0, 1), (command, done.stderr)
+        documents = _strict_json(done.stdout)
+        assert documents and b"\xff" not in done.stdout, command
+        named = "%FF" if "sarif" in command else "\\xff"  # a URI names it percent-encoded
+        assert named in done.stdout.decode(), command  # the byte, named as error lines do
+    status = _strict_json(
+        subprocess.run(
+            [sys.executable, "-m", "volumetool", "status", name, "--json"],
+            cwd=tmp_path,
+            capture_output=True,
+        ).stdout
+    )[0]
+    assert status["path"].endswith("v\\xff.db")
+    missing = subprocess.run(
+        [sys.executable, "-m", "volumetool", "status", os.fsdecode(b"none\xff")],
+        cwd=tmp_path,
+        capture_output=True,
+    )
+    assert b"none\\xff" in missing.stderr  # the same text in an error line
+
+
+@pytest.mark.parametrize("command", [["sessions", "{v}"], ["runs", "{v}"], ["search", "{v}", "x"]])
+def test_unsafehtml_is_refused_and_html_escapes(run_cli_factory, tmp_path, command):
+    path = hostile_volume(tmp_path, "<script>alert(1)</script> x")
+    result = run_cli_factory(*_command(command, path, ""), "--fmt", "unsafehtml")
+    assert result.exit_code == 2, result
+    assert "unsafehtml" in result.stderr and result.stdout == ""
+    html = run_cli_factory(*_command(command, path, ""), "--fmt", "html")
+    assert html.exit_code == 0, html
+    assert "<script>" not in html.stdout and "&lt;script&gt;" in html.stdout

@@ -3,7 +3,8 @@
 Rows are dicts with the listing's fields in order. JSON keeps nested values (an audit detail,
 tool calls) as JSON; the flat formats write them as compact JSON text, NULL as an empty cell.
 Tables are for people: every cell goes through `escape_control`, since volume text comes from
-chat users and model servers. The machine formats keep every character exactly.
+chat users and model servers. The machine formats keep every character exactly: CSV quoted as
+RFC 4180, TSV with escapes (one row a line), JSON as strict UTF-8.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 def _escape_one(char: str) -> str:
     code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, as Python holds it (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
     return _NAMED_ESCAPES.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
@@ -50,10 +53,16 @@ class OutputFormat:
     tablefmt: str = "simple"
 
 
+# tabulate formats that write a cell's text into HTML as it is: a volume's `<script>` would run
+# in the page (SPEC 13). `html` escapes it.
+RAW_HTML_FORMATS = ("unsafehtml",)
+
+
 def table_formats() -> list[str]:
+    """The tabulate formats `--fmt` takes: all but those that pass raw HTML."""
     import tabulate
 
-    return list(tabulate.tabulate_formats)
+    return [name for name in tabulate.tabulate_formats if name not in RAW_HTML_FORMATS]
 
 
 def _json_default(value: object) -> str:
@@ -63,8 +72,18 @@ def _json_default(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def dumps(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, default=_json_default)
+_LONE_SURROGATE = re.compile(f"[{SURROGATES}]")
+
+
+def dumps(value: object, indent: int | None = None) -> str:
+    """JSON text that is strict UTF-8 whatever the value holds: a lone surrogate (a path's byte
+    that is not UTF-8, as Python holds it) is written as the text of its escape (`\\xff`, as
+    error lines show it), never as the raw byte or an escaped surrogate no strict parser takes."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent, default=_json_default)
+    if not _LONE_SURROGATE.search(text):
+        return text
+    # Surrogates occur only inside JSON strings, where the escape's backslash is written "\\".
+    return _LONE_SURROGATE.sub(lambda m: "\\" + _escape_one(m.group()), text)
 
 
 # Stored JSON deeper than this is shown as its text: Python's parser and writer recurse, and a
@@ -174,7 +193,7 @@ def listing_limit(limit: int | None) -> int:
 
 def render_document(value: object, out: TextIO) -> None:
     """One JSON document (an object, not a listing): `status --json`, `check --json`."""
-    out.write(json.dumps(value, indent=2, ensure_ascii=False, default=_json_default) + "\n")
+    out.write(dumps(value, indent=2) + "\n")
 
 
 def _first_fetched(rows: Iterator[dict]) -> Iterator[dict]:
@@ -182,6 +201,18 @@ def _first_fetched(rows: Iterator[dict]) -> Iterator[dict]:
     before anything is written: never half a JSON document or a lone CSV header."""
     first = list(itertools.islice(rows, 1))
     return itertools.chain(first, rows)
+
+
+# TSV as `cut`, `awk` and PostgreSQL's COPY read it: one row is one line, its cells split by
+# tabs, and the four characters that would break that written as escapes. No quoting: a `"`
+# is a `"`.
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def tsv_line(cells: Iterable[str]) -> str:
+    """One row of TSV: backslash, tab, newline and CR in a cell written as `\\\\`, `\\t`,
+    `\\n`, `\\r`."""
+    return "\t".join(cell.translate(_TSV_ESCAPES) for cell in cells) + "\n"
 
 
 def render(listing: Listing, fmt: OutputFormat, out: TextIO) -> None:
@@ -197,16 +228,19 @@ def render(listing: Listing, fmt: OutputFormat, out: TextIO) -> None:
     elif fmt.kind == "nl":
         for row in shown:
             out.write(dumps(row) + "\n")
-    elif fmt.kind in ("csv", "tsv"):
-        delimiter = "," if fmt.kind == "csv" else "\t"
-        writer = csv.writer(out, delimiter=delimiter, lineterminator="\n")
+    elif fmt.kind == "csv":
+        writer = csv.writer(out, lineterminator="\n")
         # csv quotes a field only for the characters of its line terminator; a bare \r would
         # then break the row for every reader, so rows holding one are quoted whole.
-        quoting = csv.writer(out, delimiter=delimiter, lineterminator="\n", quoting=csv.QUOTE_ALL)
+        quoting = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
         writer.writerow(columns)
         for row in shown:
             cells = [flat(row.get(column)) for column in columns]
             (quoting if any("\r" in cell for cell in cells) else writer).writerow(cells)
+    elif fmt.kind == "tsv":
+        out.write(tsv_line(columns))
+        for row in shown:
+            out.write(tsv_line(flat(row.get(column)) for column in columns))
     else:
         import tabulate
 

@@ -3,7 +3,6 @@ GitHub workflow commands or SARIF 2.1.0."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -14,7 +13,7 @@ from urllib.parse import quote
 
 from volumetool import __version__
 from volumetool.config import DEFAULT_MAX_BYTES, RULES, Finding, check_source, read_source
-from volumetool.render import escape_control
+from volumetool.render import dumps, escape_control
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -141,7 +140,7 @@ def write_json(report: Report, out: TextIO) -> None:
             for r in report.files
         ],
     }
-    out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    out.write(dumps(document, indent=2) + "\n")
 
 
 def _escape_data(text: str) -> str:
@@ -227,7 +226,7 @@ def sarif(report: Report) -> dict:
 
 
 def write_sarif(report: Report, out: TextIO) -> None:
-    out.write(json.dumps(sarif(report), indent=2, ensure_ascii=False) + "\n")
+    out.write(dumps(sarif(report), indent=2) + "\n")
 
 
 WRITERS = {"text": write_text, "json": write_json, "github": write_github, "sarif": write_sarif}

@@ -237,7 +237,8 @@ FORMAT_FLAGS = {
     "json": "One JSON array.",
     "nl": "Newline-delimited JSON.",
     "csv": "CSV with a header row.",
-    "tsv": "TSV with a header row.",
+    "tsv": "TSV with a header row, one row a line: backslash, tab, newline and CR in a cell "
+    "written as \\\\, \\t, \\n, \\r.",
 }
 
 
@@ -253,6 +254,7 @@ def output_options(f: Callable) -> Callable:
         if kwargs.get("tablefmt") is not None and chosen != ["table"]:
             given.append("--fmt")
         only_one(given)
+        check_tablefmt(kwargs.get("tablefmt"))  # before any volume is read
         click.get_current_context().meta[_FORMAT_GIVEN] = bool(chosen)
         return f(*args, output=chosen[0] if chosen else "table", **kwargs)
 
@@ -267,7 +269,7 @@ def output_options(f: Callable) -> Callable:
                 "--fmt",
                 "tablefmt",
                 metavar="NAME",
-                help="A table in any tabulate format (github, grid, psql…).",
+                help="A table in any tabulate format (github, grid, psql, html…) but unsafehtml.",
             ),
             click.option(
                 "-n",
@@ -298,15 +300,26 @@ def format_given() -> bool:
     return bool(click.get_current_context().meta.get(_FORMAT_GIVEN))
 
 
+def check_tablefmt(tablefmt: str | None) -> None:
+    """A usage error for a --fmt that is no tabulate format, or one that would pass raw HTML
+    from a volume (`unsafehtml`)."""
+    from volumetool.render import RAW_HTML_FORMATS, table_formats
+
+    if tablefmt in RAW_HTML_FORMATS:
+        raise click.BadParameter(
+            f"{tablefmt!r} would pass HTML from the volume unescaped; use --fmt html",
+            param_hint="'--fmt'",
+        )
+    if tablefmt and tablefmt not in table_formats():
+        raise click.BadParameter(
+            f"unknown table format {tablefmt!r}; one of: {', '.join(table_formats())}",
+            param_hint="'--fmt'",
+        )
+
+
 def output_format(output: str, tablefmt: str | None) -> OutputFormat:
     if tablefmt:
-        from volumetool.render import table_formats
-
-        if tablefmt not in table_formats():
-            raise click.BadParameter(
-                f"unknown table format {tablefmt!r}; one of: {', '.join(table_formats())}",
-                param_hint="'--fmt'",
-            )
+        check_tablefmt(tablefmt)
         return OutputFormat("table", tablefmt)
     return OutputFormat(output or "table")
 
