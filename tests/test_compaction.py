@@ -755,11 +755,28 @@ def test_retention_is_reported_and_a_lossy_summary_can_be_refused(run_cli, volum
     assert retention == outcome["retention"] and json.loads(missing) == outcome["missing_facts"]
 
 
-def test_a_refusal_keeps_nothing(run_cli, volume, server):
-    server.summary = "I'm sorry, but I can't help with that."
-    result = compact(run_cli, volume, "--min-retention", "0.5", "--json")
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("gate", [[], ["--min-retention", "1"]])
+def test_a_refusal_written_as_text_is_refused(run_cli, volume, server, tmp_path, api, gate):
+    """SPEC 6 refuses a refusal: written as the answer's text with a normal finish, too — even
+    for a fold with no hard facts, whose retention is 1.0 whatever the summary says."""
+    write_config(volume["config"], server, api=api)
+    conn = sqlite3.connect(volume["path"])
+    conn.execute("UPDATE messages SET content = 'ok, thanks' || id, tool_calls = NULL")
+    conn.commit()
+    conn.close()
+    server.summary = "I\u2019m sorry, but I can\u2019t help with that."
+    before = table_dump(volume["path"])
+    result = compact(run_cli, volume, *gate, "--min-fold-tokens", "0", "--json")
+    assert result.exit_code == 1, result
     [outcome] = json.loads(result.stdout)
-    assert outcome["status"] == "failed" and outcome["retention"] == 0
+    assert outcome["status"] == "failed" and "the model refused: I" in outcome["error"]
+    after = table_dump(volume["path"])
+    assert after["messages"] == before["messages"] and after["sessions"] == before["sessions"]
+    [run] = after["runs"][len(before["runs"]) :]
+    assert run[2:5] == ("compaction", "tiny-model", "error") and "refused" in run[8]
+    [event] = after["audit"][len(before["audit"]) :]
+    assert json.loads(event[3])["action"] == "failed"
 
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1", "nan"])

@@ -20,7 +20,8 @@ from volumetool.compaction.prompt import (
     render_fold,
     render_request,
 )
-from volumetool.model_client import EndpointUnusable, ModelClient, ModelError
+from volumetool.model_client import Completion, EndpointUnusable, ModelClient, ModelError
+from volumetool.render import one_line
 from volumetool.usage import Usage
 
 MAX_HALVINGS = 6  # "prompt too long" answers before giving up: a 64th of the first budget
@@ -55,6 +56,21 @@ class Spent:
 class Limits:
     max_input_tokens: int = 100_000
     max_summary_tokens: int = 4096
+
+
+def accept_summary(api: str, completion: Completion) -> str:
+    """The answer's text if it is a summary (prompt.accept_answer); SummaryRejected if not. A
+    refusal written as text ("I'm sorry, but I can't help with that.") with a normal finish is
+    refused as a refusal field is (SPEC 6): it would replace what it never read. The fact
+    scanner's module is imported on first use (see run.fold_facts)."""
+    from volumetool.compaction.retention import is_refusal
+
+    text = accept_answer(
+        api, completion.text, completion.finish, completion.refusal, completion.tool_call
+    )
+    if is_refusal(text):
+        raise SummaryRejected(f"the model refused: {one_line(text, 200)}")
+    return text
 
 
 async def summarize(
@@ -99,13 +115,7 @@ async def summarize(
                 completion = await client.complete(system, user)
                 calls += 1
                 spent.usage += completion.usage
-                text = accept_answer(
-                    api,
-                    completion.text,
-                    completion.finish,
-                    completion.refusal,
-                    completion.tool_call,
-                )
+                text = accept_summary(api, completion)
             except (ModelError, SummaryRejected) as exc:
                 if isinstance(exc, ModelError):
                     calls += 0 if isinstance(exc, EndpointUnusable) else exc.attempts
