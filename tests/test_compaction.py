@@ -105,6 +105,7 @@ def test_compacts_the_due_thread_only(run_cli, volume, server):
         # the fold's one hard fact, and the test server's summary does not name it
         "retention": 0.0,
         "missing_facts": ["deploy/values.yaml"],
+        "reason": None,
     }
     live, folded = live_and_folded(volume["path"], volume["due"])
     assert len(folded) == outcome["folded_messages"] == 10  # turns 0, 1, 2: 4 + 2 + 4
@@ -580,13 +581,20 @@ def test_a_thread_that_keeps_failing_backs_off(run_cli, volume, server):
     server.fault = "500"
     assert compact(run_cli, volume, "--retries", "0").exit_code == 1
     assert len(server.requests) == 1
-    result = compact(run_cli, volume, "--json")  # the next tick: not called again
+    result = compact(run_cli, volume, "--json")  # the next tick: not called again...
     [outcome] = json.loads(result.stdout)
-    assert outcome["status"] == "skipped" and result.exit_code == 0
+    # ...and still red (SPEC 13): a due thread left uncompacted is a problem, exit 1
+    assert (outcome["status"], outcome["reason"], result.exit_code) == ("skipped", "backing_off", 1)
     assert "backing off after 1 failed compaction(s): next try at" in outcome["error"]
     assert len(server.requests) == 1
-    dry = json.loads(compact(run_cli, volume, "--dry-run", "--json").stdout)
-    assert [o["status"] for o in dry] == ["skipped"]  # the dry run predicts it
+    lines = compact(run_cli, volume)
+    assert lines.exit_code == 1
+    assert f"{volume['path']} discord:1: skipped (backing_off): backing off" in lines.stdout
+    dry = compact(run_cli, volume, "--dry-run", "--json")
+    assert dry.exit_code == 0  # the dry run predicts it, and a prediction is no failure
+    assert [(o["status"], o["reason"]) for o in json.loads(dry.stdout)] == [
+        ("skipped", "backing_off")
+    ]
     server.fault = None
     forced = compact(run_cli, volume, "--key", "discord:1", "--force", "--json")
     assert json.loads(forced.stdout)[0]["status"] == "compacted"  # --force ignores it

@@ -553,6 +553,36 @@ def test_a_run_that_never_succeeded_writes_no_last_success(tmp_path, server, run
     assert not [k for k in found if k[0] == "volumetool_compact_last_success_timestamp_seconds"]
 
 
+def test_a_broken_endpoint_stays_red_while_its_threads_back_off(tmp_path, server, run_cli):
+    """SPEC 13: the pass after a failing one skips the threads for back-off; it exits 1, says
+    why in each row, keeps the earlier last success and counts the threads backing off."""
+    target = tmp_path / "m.prom"
+    idle = VolumeWriter(tmp_path / "idle" / "agent.db")  # nothing due: a pass that succeeds
+    idle.close()
+    volume, config = compaction_setup(tmp_path, server)
+    assert run_compact(run_cli, idle.path, config, "--metrics-file", target).exit_code == 0
+    success = samples(target.read_text())["volumetool_compact_last_success_timestamp_seconds", ()]
+    assert samples(target.read_text())["volumetool_compact_threads_backing_off", ()] == 0
+    server.fault = "500"
+    first = run_compact(run_cli, volume, config, "--retries", "0", "--metrics-file", target)
+    assert first.exit_code == 1 and len(server.requests) == 2
+    second = run_compact(run_cli, volume, config, "--metrics-file", target, "--json")
+    assert second.exit_code == 1, second
+    assert len(server.requests) == 2  # backing off: no call
+    rows = json.loads(second.stdout)
+    assert [(r["status"], r["reason"]) for r in rows] == [("skipped", "backing_off")] * 2
+    for parse in (openmetrics, text_format):
+        found = {
+            (s.name, tuple(s.labels.items())): s.value
+            for f in parse(target.read_text())
+            for s in f.samples
+        }
+        assert found["volumetool_compact_threads_backing_off", ()] == 2
+        assert found["volumetool_compact_threads", (("status", "skipped"),)] == 2
+        assert found["volumetool_compact_last_success_timestamp_seconds", ()] == success
+    assert families(target.read_text())["volumetool_compact_threads_backing_off"][0] == "gauge"
+
+
 def test_metrics_file_carries_the_shard(tmp_path, server, run_cli):
     volume, config = compaction_setup(tmp_path, server)
     target = tmp_path / "m.prom"

@@ -188,9 +188,9 @@ def compaction_metrics(
     previous_success: float | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> str:
-    """The figures of one compaction run, all gauges: threads by outcome, model tokens, the
-    run's duration, and when a run last succeeded (exit 0): `finished_at` if this one did, else
-    `previous_success` (read from the file this run replaces), else left out."""
+    """The figures of one compaction run, all gauges: threads by outcome, threads backing off,
+    model tokens, the run's duration, and when a run last succeeded (exit 0): `finished_at` if
+    this one did, else `previous_success` (read from the file this run replaces), else left out."""
     labels = dict(labels or {})
     counts = dict.fromkeys(COMPACTION_STATUSES, 0)
     for outcome in outcomes:
@@ -203,6 +203,15 @@ def compaction_metrics(
                     "volumetool_compact_threads", "gauge", "Threads of the last run, by outcome."
                 ),
                 [({**labels, "status": status}, n) for status, n in counts.items()],
+            ),
+            (
+                Metric(
+                    "volumetool_compact_threads_backing_off",
+                    "gauge",
+                    "Due threads the last run left alone: backing off after failed compactions.",
+                ),
+                # Outcome.reason, compaction.run.BACKING_OFF (that module is not pure)
+                [(labels, sum(o.reason == "backing_off" for o in outcomes))],
             ),
             (
                 Metric(

@@ -106,6 +106,8 @@ class Outcome:
     saved_tokens: int | None = None
     retention: float | None = None  # the share of the fold's hard facts the summary kept
     missing_facts: list[str] | None = None  # the first 20 it lost
+    # Why a due thread was not tried, for machines: backing_off | endpoint_unusable
+    reason: str | None = None
     exit_code: int = field(default=0, repr=False)
 
     def as_dict(self) -> dict:
@@ -132,7 +134,8 @@ class Outcome:
                 f"model {model}"
             )
         run = f" (run {self.run_id})" if self.run_id else ""
-        return f"{where}: {self.status}: {one_line(self.error or '')}{run}"
+        why = f" ({self.reason})" if self.reason else ""
+        return f"{where}: {self.status}{why}: {one_line(self.error or '')}{run}"
 
     def _kept(self) -> str:
         if self.retention is None:
@@ -141,6 +144,10 @@ class Outcome:
         shown = f" (lost: {one_line(', '.join(lost), 120)})" if lost else ""
         return f", {self.retention:.0%} of the facts kept{shown}"
 
+
+# Outcome.reason: why a due thread was not compacted (SPEC 13), each such pass exits 1.
+BACKING_OFF = "backing_off"
+ENDPOINT_UNUSABLE = "endpoint_unusable"
 
 OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome) if f.name != "exit_code")
 
@@ -265,6 +272,7 @@ class _Planner:
         reason: str,
         due: Due | None = None,
         code: int = 0,
+        why: str | None = None,
     ) -> None:
         self._skipped.append(
             Outcome(
@@ -276,6 +284,7 @@ class _Planner:
                 error=reason,
                 last_input_tokens=due.last_input_tokens if due else None,
                 threshold=due.threshold if due else None,
+                reason=why,
                 exit_code=code,
             )
         )
@@ -327,6 +336,10 @@ class _Planner:
                 f"backing off after {facts.failures} failed compaction(s): next try at "
                 f"{iso(until)} (--force tries now)",
                 due,
+                # A due thread left uncompacted is a problem of the pass (SPEC 13): a broken
+                # endpoint stays red. A dry run only predicts it.
+                code=0 if request.dry_run else 1,
+                why=BACKING_OFF,
             )
             return None
         thread = load_thread(conn, session_id)
@@ -625,7 +638,14 @@ async def summarize_all(
                         job, client, system, limits, request.min_retention, reader
                     )
                 if isinstance(ending, str):
-                    outcome = _planned(job, endpoint.model, "skipped", error=ending, exit_code=1)
+                    outcome = _planned(
+                        job,
+                        endpoint.model,
+                        "skipped",
+                        error=ending,
+                        reason=ENDPOINT_UNUSABLE,
+                        exit_code=1,
+                    )
                 else:
                     outcome = await writes.write(job, ending)
                 on_done(outcome)
