@@ -338,3 +338,37 @@ def test_a_compaction_whose_earlier_messages_came_back_during_its_call_is_a_conf
     assert [m[0] for m in live] == sorted(m[0] for m in live)
     folded_before_undo = {m[0] for m in before if m[7] is not None}
     assert all(m[7] is None or m[0] in folded_before_undo for m in state(w.path, session)[0])
+
+
+@pytest.mark.parametrize("indexed", [True, False], ids=["index-built-before", "no-index"])
+def test_search_does_not_find_undone_summaries(server, tmp_path, indexed):
+    """SPEC 13: what `thread undo` took out of the thread is not found, whether the search
+    index was built before the undo (and still holds it) or not."""
+    from volumetool.search.find import SearchRequest, search
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = due_thread(w, "k", turns=6)
+    w.close()
+
+    def found(word: str, **options) -> list[tuple]:
+        rows = search(w.path, SearchRequest(word, kinds=("summaries",)), **options)
+        return [(r["kind"], r["session_id"], r["folded"]) for r in rows]
+
+    for n, word in enumerate(("zebrafirst", "quokkasecond")):
+        server.answer = lambda body, word=word: f"Summary {word}: deploy/values.yaml, PR #204."
+        [outcome], _ = compact([str(w.path)], request(server))
+        assert outcome.status == "compacted", outcome
+        agent_turn(w.path, session, n)
+    server.answer = None
+    if indexed:  # the index holds both: the current summary and the one it replaced
+        assert found("zebrafirst") == [("summary", session, True)]
+        assert found("quokkasecond") == [("summary", session, False)]
+    undo_in(w.path, "k")  # the second: the first summary is the thread's again
+    assert found("quokkasecond", write_index=False) == []  # the index as it was
+    assert found("zebrafirst", write_index=False) == [("summary", session, False)]
+    assert found("quokkasecond") == [] and found("zebrafirst") == [("summary", session, False)]
+    undo_in(w.path, "k")  # the first: no summary at all
+    assert found("zebrafirst", write_index=False) == [] and found("zebrafirst") == []
+    with sqlite3.connect(w.path) as conn:  # the refreshed index keeps no copy of either
+        texts = " ".join(t for (t,) in conn.execute("SELECT c0 FROM search_texts_content"))
+    assert "zebrafirst" not in texts and "quokkasecond" not in texts

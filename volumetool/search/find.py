@@ -106,14 +106,15 @@ FROM {table} f JOIN {table}_content c ON c.id = f.rowid
 JOIN main.sessions s ON s.id = c.id >> 2 AND s.summary = c.c0
 WHERE {name} MATCH ? AND f.rowid & 3 = 1 {where}
 ORDER BY at DESC, f.rowid DESC"""
-# The summaries compactions kept, but the one the thread replays now (shown as its summary).
+# The summaries compactions kept, but the one the thread replays now (shown as its summary)
+# and those undone (`thread undo`: no longer part of the thread, as `transcript --full` says).
 _KEPT_SUMMARIES = """SELECT coalesce(r.finished_at, r.started_at, '') AS at, f.rowid, c.c0,
   NULL, k.session_id, s.conversation_key, NULL, 1, NULL
 FROM {table} f JOIN {table}_content c ON c.id = f.rowid
 JOIN main.compactions k ON k.run_id = c.id >> 2 AND k.summary = c.c0
 LEFT JOIN main.runs r ON r.id = k.run_id LEFT JOIN main.sessions s ON s.id = k.session_id
 WHERE {name} MATCH ? AND f.rowid & 3 = 2 AND s.summary IS NOT k.summary
-  {where}
+  AND k.undone_at IS NULL {where}
 ORDER BY at DESC, f.rowid DESC"""
 _MEMORIES = """SELECT m.updated_at AS at, f.rowid, c.c0, c.c1, NULL, NULL, NULL, 0, NULL
 FROM {table} f JOIN {table}_content c ON c.id = f.rowid

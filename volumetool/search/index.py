@@ -10,8 +10,9 @@ read snapshot, what the index lacks, and reads that directly:
   been deleted (the index row is then ignored: every hit is checked against the live row, text
   included) or, after the highest messages were deleted, replaced by a new one with a reused
   id, which a walk down from the top finds.
-- `search_texts` holds the thread summaries, the summaries each compaction kept and the
-  memories, under `id * 4 + slot`; there are few of them, so each is compared with the index.
+- `search_texts` holds the thread summaries, the summaries each compaction kept (but those
+  undone) and the memories, under `id * 4 + slot`; there are few of them, so each is compared
+  with the index.
 - `search_state` counts the indexed messages, so that a deleted one shows without reading the
   index whole.
 
@@ -67,7 +68,15 @@ class TextSource:
 
 TEXT_SOURCES = (
     TextSource(SLOT_SUMMARY, "sessions", "id", "summary", "NULL", "t.summary IS NOT NULL"),
-    TextSource(SLOT_HISTORY, "compactions", "run_id", "summary", "NULL", "t.summary IS NOT NULL"),
+    # An undone compaction's summary is no longer part of the thread (SPEC 13): not indexed.
+    TextSource(
+        SLOT_HISTORY,
+        "compactions",
+        "run_id",
+        "summary",
+        "NULL",
+        "t.summary IS NOT NULL AND t.undone_at IS NULL",
+    ),
     TextSource(SLOT_MEMORY, "memories", "rowid", "value", "t.key", "1"),
 )
 
@@ -171,7 +180,7 @@ def _stale_texts_sql() -> str:
     """Text documents whose source is gone or holds other text now."""
     cases = " ".join(
         f"WHEN {s.slot} THEN EXISTS (SELECT 1 FROM {s.table} t WHERE t.{s.id} = c.id >> 2"
-        f" AND t.{s.text} = c.c0 AND {s.key} IS c.c1)"
+        f" AND t.{s.text} = c.c0 AND {s.key} IS c.c1 AND {s.where})"
         for s in TEXT_SOURCES
     )
     return f"SELECT c.id FROM {TEXTS}_content c WHERE NOT CASE c.id & 3 {cases} ELSE 0 END"
