@@ -188,6 +188,8 @@ CASES = [
         "summary-model-main",
         [(1, 1, "note", "$.model.small")],
     ),
+    ("memroy:\n  scope: thread\nmodel: a\n", "block-name-typo", [(1, 1, "error", "$.memroy")]),
+    ("memory:\n  scope: thread\n", "compaction-no-model", [(1, 1, "error", "$.model")]),
     ("a: !env FOO\n", "yaml-unknown-tag", [(1, 4, "error", "$.a")]),
     ("a: &x [1, *x]\n", "yaml-recursive-alias", [(1, 4, "error", "$.a[1]")]),
     ("a: 1\n---\nb: 2\n", "yaml-multiple-documents", [(3, 1, "error", "")]),
@@ -253,7 +255,7 @@ def test_billion_laughs_is_walked_once_per_node():
     root = yaml.compose(text, Loader=Loader)
     visited = list(_Checker("f", text).walk(root))
     assert len(visited) < 100  # 9**30 if an alias were ever expanded
-    assert [f.rule for f in findings(text)] == ["summary-model-main"]
+    assert [f.rule for f in findings(text)] == ["compaction-no-model"]
 
 
 # -- the command -------------------------------------------------------------------------
@@ -764,3 +766,210 @@ def test_control_characters_in_file_names_are_escaped_in_text_output(tmp_path, r
     assert "\x1b" not in result.stdout and "\\x1b]52" in result.stdout
     as_json = json.loads(run_cli("validate", "--format", "json", tmp_path).stdout)
     assert as_json["findings"][0]["file"] == str(path)  # machine formats stay exact
+
+
+# -- what will not run (SPEC 13) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "meant"),
+    [
+        ("memroy:\n  scope: thread\nmodel: gpt-4.1\n", "memory"),
+        ("memorry:\n  scope: thread\nmodel: gpt-4.1\n", "memory"),
+        ("Memory:\n  scope: thread\nmodel: gpt-4.1\n", "memory"),
+        ("memory:\n  scope: none\nmodle: gpt-4.1\n", "model"),
+        ("modl:\n  name: gpt-4.1\n", "model"),
+        ("mdoels: gpt-4.1\n", "model"),
+    ],
+)
+def test_a_top_level_typo_of_a_block_is_an_error(text, meant, tmp_path, run_cli):
+    [finding] = [f for f in findings(text) if f.rule == "block-name-typo"]
+    assert finding.severity == "error"
+    assert f"did you mean '{meant}'" in finding.message
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    result = run_cli("validate", path)
+    assert result.exit_code == 1 and "[block-name-typo]" in result.stdout
+    assert "block-name-typo" in run_cli("config", "show", path).stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "memory:\n  scope: thread\nmodel: gpt-4.1\nmode: fast\n",  # the block is there
+        "name: bot\nmodel: gpt-4.1\nmemory: {scope: none}\nmemo: x\n",
+        "metadata: {}\nmodel: gpt-4.1\n",  # three or more edits
+        "node: x\nmemory: {scope: none}\nmodel: a\n",
+    ],
+)
+def test_keys_near_a_block_that_is_there_are_left_alone(text):
+    assert [f.rule for f in findings(text) if f.severity == "error"] == []
+
+
+def test_compaction_with_no_model_is_an_error_and_compact_says_why(tmp_path, run_cli):
+    path = tmp_path / "agent.yaml"
+    path.write_text("memory:\n  scope: thread\n")
+    result = run_cli("validate", path)
+    assert result.exit_code == 1, result
+    assert "[compaction-no-model]" in result.stdout and "summary-model-main" not in result.stdout
+    assert run_cli("config", "show", path).exit_code == 1
+    # Off, or with a model, it is fine; a model: block without a name has its own error.
+    for fine in (
+        "memory:\n  scope: thread\n  compact_at_tokens: false\n",
+        "memory:\n  scope: none\n",
+        "memory:\n  scope: thread\nmodel: gpt-4.1\n",
+    ):
+        assert only(fine, "compaction-no-model") == [], fine
+    assert only("memory:\n  scope: thread\nmodel:\n  small: x\n", "model-name-missing")
+    # volumetool's own reads of the settings still work (a due column needs no model), and
+    # compact names what is missing.
+    vol = tmp_path / "vol"
+    assert run_cli("demo", vol, "--sessions", "3").exit_code == 0
+    assert run_cli("sessions", vol, "--due", "--config", path).exit_code == 0
+    compact = run_cli("compact", vol, "--config", path)
+    assert compact.exit_code == 2 and "no model to write summaries" in compact.stderr
+
+
+def test_the_schema_requires_a_model_when_compaction_is_on(run_cli):
+    validator = jsonschema.Draft202012Validator(json.loads(run_cli("validate", "--schema").stdout))
+    assert list(validator.iter_errors({"memory": {"scope": "thread"}}))
+    for fine in (
+        {"memory": {"scope": "thread", "compact_at_tokens": False}},
+        {"memory": {"scope": "thread"}, "model": "gpt-4.1"},
+        {"memory": {"scope": "none"}},
+        {},
+    ):
+        assert list(validator.iter_errors(fine)) == [], fine
+
+
+def test_a_directory_with_no_yaml_is_exit_2(tmp_path, run_cli):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("memory: {}\n")
+    (tmp_path / "good.yaml").write_text(GOOD)
+    for directory in ("empty", "other"):
+        result = run_cli("validate", tmp_path / directory, tmp_path / "good.yaml")
+        assert result.exit_code == 2, result
+        assert f"no YAML files under {tmp_path / directory}" in result.stderr
+        document = json.loads(run_cli("validate", tmp_path / directory, "--format", "json").stdout)
+        assert document["files"][0]["status"] == "unreadable"
+        sarif = json.loads(run_cli("validate", tmp_path / directory, "--format", "sarif").stdout)
+        assert sarif["runs"][0]["invocations"][0]["executionSuccessful"] is False
+
+
+KUBERNETES = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: agent
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: agent
+"""
+
+
+def test_only_agent_configs_skips_other_yaml(tmp_path, run_cli):
+    (tmp_path / "k8s.yaml").write_text(KUBERNETES)
+    (tmp_path / "workflow.yml").write_text("on: push\njobs: {}\n")
+    (tmp_path / "agent.yaml").write_text(GOOD)
+    (tmp_path / "typo.yaml").write_text("memroy:\n  scope: thread\nmodel: gpt-4.1\n")
+    (tmp_path / "broken.yaml").write_text("model: gpt-4.1\nmemory:\n  scope: [thread\n")
+    files = [tmp_path / n for n in ("k8s.yaml", "workflow.yml", "agent.yaml")]
+    assert run_cli("validate", *files).exit_code == 1  # as before: every file is a config
+    result = run_cli("validate", "--only-agent-configs", *files)
+    assert result.exit_code == 0, result
+    assert "1 file checked" in result.stderr and "2 skipped (not agent configs)" in result.stderr
+    for bad, rule in (("typo.yaml", "block-name-typo"), ("broken.yaml", "yaml-syntax")):
+        result = run_cli("validate", "--only-agent-configs", *files, tmp_path / bad)
+        assert result.exit_code == 1 and f"[{rule}]" in result.stdout, result
+    only_k8s = tmp_path / "deploy"
+    only_k8s.mkdir()
+    (only_k8s / "k8s.yaml").write_text(KUBERNETES)
+    result = run_cli("validate", "--only-agent-configs", only_k8s)
+    assert result.exit_code == 2 and f"no agent configs under {only_k8s}" in result.stderr
+
+
+# -- pre-commit and GitHub Actions -----------------------------------------------------------
+
+ROOT = README.parent
+BIN = __import__("pathlib").Path(sys.executable).parent
+
+
+def test_the_pre_commit_hook_checks_agent_configs_and_skips_other_yaml(tmp_path):
+    """The hook's entry, run as pre-commit runs it (the commit's YAML files appended), passes
+    a repository with a Kubernetes multi-document file and fails on a broken agent config."""
+    [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    assert hook["types"] == ["yaml"] and hook["language"] == "python"
+    (tmp_path / "deploy").mkdir()
+    (tmp_path / "deploy" / "app.yaml").write_text(KUBERNETES)
+    (tmp_path / "agent.yaml").write_text(GOOD)
+    files = ["deploy/app.yaml", "agent.yaml"]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "GITHUB_ACTIONS": ""}
+
+    def hook_run(*names: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*hook["entry"].split(), *names], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    done = hook_run(*files)
+    assert done.returncode == 0, done.stderr
+    assert "1 skipped (not agent configs)" in done.stderr
+    (tmp_path / "bot.yaml").write_text("memory:\n  scope: thread\n  compact_at_tokens: 0\n")
+    done = hook_run(*files, "bot.yaml")
+    assert done.returncode == 1 and "bot.yaml:3:22: error" in done.stdout, done
+    # the README's hook config, with its optional files: pattern, is the hook's id
+    section = readme_section("## Checking agent configs in CI")
+    config = next(b for b in re.findall(r"```yaml\n(.*?)```", section, re.S) if "rev:" in b)
+    [repo] = yaml.safe_load(config)
+    assert repo["hooks"][0]["id"] == hook["id"]
+    pattern = re.search(r"# files: (\S+)", config).group(1)
+    assert re.search(pattern, "agents/support.yaml") and not re.search(pattern, "deploy/app.yaml")
+
+
+def readme_workflow() -> dict:
+    section = readme_section("## Checking agent configs in CI")
+    [workflow] = [b for b in re.findall(r"```yaml\n(.*?)```", section, re.S) if "upload" in b]
+    return yaml.safe_load(workflow)
+
+
+def test_the_readme_github_workflow_uploads_the_sarif_that_validate_writes(tmp_path):
+    workflow = readme_workflow()
+    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads the key `on` as true
+    assert "pull_request" in triggers and "push" in triggers
+    assert workflow["permissions"]["security-events"] == "write"
+    [job] = workflow["jobs"].values()
+    steps = job["steps"]
+    assert job["runs-on"].startswith("ubuntu")
+    assert any(s.get("uses", "").startswith("actions/checkout@") for s in steps)
+    [upload] = [s for s in steps if s.get("uses", "").startswith("github/codeql-action/upload")]
+    assert upload["uses"].split("@")[0] == "github/codeql-action/upload-sarif"
+    assert upload["if"] == "always()"  # findings fail the validate step; the upload still runs
+    sarif_file = upload["with"]["sarif_file"]
+    [validate] = [s for s in steps if "volumetool validate" in s.get("run", "")]
+    assert steps.index(validate) < steps.index(upload)
+    command = validate["run"]
+    assert "--format sarif" in command
+    assert re.search(rf"(>|-o|--output)\s*{re.escape(sarif_file)}\s*$", command), command
+    # The step itself, run as the runner's bash would, writes that file: SARIF with a finding.
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "bot.yaml").write_text("memory:\n  scope: everything\n")
+    done = subprocess.run(
+        ["bash", "-e", "-c", command],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+            "GITHUB_ACTIONS": "true",
+        },
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stderr
+    sarif = json.loads((tmp_path / sarif_file).read_text())
+    assert sarif["version"] == "2.1.0"
+    [found] = sarif["runs"][0]["results"]
+    assert found["ruleId"] == "scope-value"
+    uri = found["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert uri == "agents/bot.yaml"  # relative to the checkout, as code scanning maps it

@@ -12,7 +12,14 @@ from typing import TextIO
 from urllib.parse import quote
 
 from volumetool import __version__
-from volumetool.config import DEFAULT_MAX_BYTES, RULES, Finding, check_source, read_source
+from volumetool.config import (
+    DEFAULT_MAX_BYTES,
+    RULES,
+    Finding,
+    check_source,
+    looks_like_agent_config,
+    read_source,
+)
 from volumetool.render import dumps, escape_control
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -23,6 +30,7 @@ class FileResult:
     file: str
     findings: list[Finding] = field(default_factory=list)
     unreadable: str | None = None  # why the file could not be read
+    directory: bool = False  # a directory that held nothing to check
 
     def count(self, severity: str) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -35,11 +43,18 @@ class FileResult:
             return "unreadable"
         return "failed" if self.failed(strict) else "passed"
 
+    def problem(self) -> str:
+        """The line on stderr for a path that was not checked."""
+        if self.directory:
+            return f"{self.unreadable} under {self.file}"
+        return f"{self.file}: cannot read ({self.unreadable})"
+
 
 @dataclass
 class Report:
     files: list[FileResult]
     strict: bool = False
+    skipped: int = 0  # files that are not agent configs (--only-agent-configs)
 
     @property
     def findings(self) -> list[Finding]:
@@ -54,30 +69,27 @@ class Report:
     def summary(self) -> str:
         counts = {s: sum(r.count(s) for r in self.files) for s in ("error", "warning", "note")}
         unreadable = sum(1 for r in self.files if r.unreadable)
-        files = len(self.files)
+        files = len(self.files) - unreadable
         text = (
             f"{files} file{'s' * (files != 1)} checked: {counts['error']} error(s), "
             f"{counts['warning']} warning(s), {counts['note']} note(s)"
         )
         if unreadable:
             text += f", {unreadable} unreadable"
+        if self.skipped:
+            text += f"; {self.skipped} skipped (not agent configs)"
         return text
 
 
-def config_files(paths: Iterable[str]) -> Iterator[str]:
-    """The files to check: paths as given (a FIFO or /dev/fd/N too), directories recursed for
-    *.yaml/*.yml (sorted, hidden directories skipped), and `-` for stdin. In a directory only
+def directory_files(path: str) -> Iterator[str]:
+    """The *.yaml/*.yml files under a directory (sorted, hidden directories skipped). Only
     regular files count: reading a FIFO named x.yaml would wait forever for a writer."""
-    for path in paths:
-        if path != "-" and os.path.isdir(path):
-            for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                for name in sorted(files):
-                    found = os.path.join(root, name)
-                    if name.endswith(CONFIG_SUFFIXES) and not _special_file(found):
-                        yield found
-        else:
-            yield path
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            found = os.path.join(root, name)
+            if name.endswith(CONFIG_SUFFIXES) and not _special_file(found):
+                yield found
 
 
 def _special_file(path: str) -> bool:
@@ -95,18 +107,41 @@ def check_paths(
     stdin_name: str = "<stdin>",
     max_bytes: int = DEFAULT_MAX_BYTES,
     strict: bool = False,
+    only_agent_configs: bool = False,
 ) -> Report:
-    results = []
-    for path in config_files(paths):
-        name = stdin_name if path == "-" else path
-        try:
-            data = read_source(path, max_bytes)
-        except OSError as exc:
-            results.append(FileResult(name, unreadable=exc.strerror or str(exc)))
-            continue
-        findings, _ = check_source(data, name, max_bytes)
-        results.append(FileResult(name, findings))
-    return Report(results, strict)
+    """Check files as given (a FIFO or /dev/fd/N too), directories recursed, `-` for stdin. A
+    directory with no YAML file (or, with only_agent_configs, no agent config) is unreadable:
+    a wrong path must not pass CI. With only_agent_configs, files that are not agent configs
+    (`looks_like_agent_config`) are skipped: other YAML of a repository."""
+    report = Report([], strict)
+    for path in paths:
+        directory = path != "-" and os.path.isdir(path)
+        checked = len(report.files)
+        for file in directory_files(path) if directory else [path]:
+            result = _check_file(file, stdin_name, max_bytes, only_agent_configs)
+            if result is None:
+                report.skipped += 1
+            else:
+                report.files.append(result)
+        if directory and len(report.files) == checked:
+            what = "no agent configs" if only_agent_configs else "no YAML files"
+            report.files.append(FileResult(path, unreadable=what, directory=True))
+    return report
+
+
+def _check_file(
+    path: str, stdin_name: str, max_bytes: int, only_agent_configs: bool
+) -> FileResult | None:
+    """One file's result; None when only_agent_configs skips it."""
+    name = stdin_name if path == "-" else path
+    try:
+        data = read_source(path, max_bytes)
+    except OSError as exc:
+        return FileResult(name, unreadable=exc.strerror or str(exc))
+    if only_agent_configs and not looks_like_agent_config(data):
+        return None
+    findings, _ = check_source(data, name, max_bytes)
+    return FileResult(name, findings)
 
 
 # -- formats --------------------------------------------------------------------------------

@@ -33,16 +33,23 @@ from volumetool.render import render_document
     help="Refuse files larger than N bytes (default 1 MiB).",
 )
 @click.option(
+    "--only-agent-configs",
+    is_flag=True,
+    help="Skip YAML files that are not agent configs: no top-level memory: or model: key (or "
+    "one a typo away). For hooks that pass every YAML file of a repository (pre-commit).",
+)
+@click.option(
     "--schema",
     "schema",
     is_flag=True,
     help="Print a JSON Schema of the memory: and model: blocks, for editors.",
 )
-def validate(paths, fmt, strict, stdin_filename, max_bytes, schema) -> None:
+def validate(paths, fmt, strict, stdin_filename, max_bytes, only_agent_configs, schema) -> None:
     """Check the memory: and model: blocks of agent YAML files (files, directories, or - for
     stdin), reporting every finding as FILE:LINE:COL: SEVERITY: MESSAGE [RULE].
 
-    Exit 1 on any error (or warning, with --strict), 2 when a path cannot be read.
+    Exit 1 on any error (or warning, with --strict), 2 when a path cannot be read or a
+    directory holds no YAML file (no agent config, with --only-agent-configs).
 
     \b
     Example:
@@ -62,12 +69,16 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, schema) -> None:
     if fmt is None:
         fmt = "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
     report = check_paths(
-        paths, stdin_name=stdin_filename, max_bytes=max_bytes or DEFAULT_MAX_BYTES, strict=strict
+        paths,
+        stdin_name=stdin_filename,
+        max_bytes=max_bytes or DEFAULT_MAX_BYTES,
+        strict=strict,
+        only_agent_configs=only_agent_configs,
     )
     WRITERS[fmt](report, sys.stdout)
     for result in report.files:
         if result.unreadable:
-            say(f"{result.file}: cannot read ({result.unreadable})")
+            say(result.problem())
     if fmt in ("text", "github"):
         say(report.summary())
     sys.exit(report.exit_code)
@@ -106,8 +117,8 @@ def show(file: str, as_json: bool) -> None:
     findings, settings = check_source(data, file)
     for finding in findings:  # warnings and notes too: the settings shown may not do what
         click.echo(text_line(finding), err=True)  # the file seems to say
-    if settings is None:
-        errors = sum(1 for f in findings if f.severity == "error")
+    errors = sum(1 for f in findings if f.severity == "error")
+    if settings is None or errors:
         raise ProblemsFound(
             f"{file} has {errors} error(s); nothing to show",
             f"fix them (volumetool validate {file})",

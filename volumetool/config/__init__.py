@@ -15,6 +15,7 @@ from volumetool.config.document import (
     _Checker,
     check_source,
     load_config,
+    looks_like_agent_config,
     read_source,
 )
 from volumetool.config.keys import MEMORY_KEYS, MODEL_KEYS, json_schema
@@ -44,5 +45,6 @@ __all__ = [
     "check_source",
     "json_schema",
     "load_config",
+    "looks_like_agent_config",
     "read_source",
 ]

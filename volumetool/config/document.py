@@ -7,13 +7,14 @@ reads, YAML 1.1, so nodes keep duplicate keys and their marks and aliases are ne
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 
 import yaml
 
 from volumetool.config.keys import check_memory, check_model
-from volumetool.config.nodes import Loader, describe, pairs, walk
+from volumetool.config.nodes import Loader, Pair, describe, edits, key_path, pairs, walk
 from volumetool.config.report import Finding, Findings
 from volumetool.config.secret import check_secret
 from volumetool.settings import AgentConfig
@@ -63,9 +64,18 @@ def check_document(root: yaml.Node | None, checker: _Checker) -> AgentConfig | N
         )
         return None
     top = pairs(root)
+    check_block_names(top, checker)
     memory = check_memory(top.get("memory"), checker.add)
     model = check_model(top.get("model"), checker.add)
-    if memory.compaction_enabled and not model.small and "memory" in top:
+    if memory.compaction_enabled and "memory" in top and "model" not in top:
+        checker.add(
+            top["memory"][0],
+            "compaction-no-model",
+            "compaction is on (scope: thread) but there is no model: to write summaries; add "
+            "model: with name: (and small:), or set compact_at_tokens: false",
+            "$.model",
+        )
+    elif memory.compaction_enabled and not model.small and "memory" in top:
         main = f" ({model.name})" if model.name else ""
         checker.add(
             top["memory"][0],
@@ -75,6 +85,31 @@ def check_document(root: yaml.Node | None, checker: _Checker) -> AgentConfig | N
             "$.model.small",
         )
     return AgentConfig(memory, model)
+
+
+BLOCKS = ("memory", "model")
+
+
+def near_block(name: str) -> str | None:
+    """The block (`memory`, `model`) a key names, or is one or two edits from (`memroy`)."""
+    distance, block = min((edits(name.lower(), b), b) for b in BLOCKS)
+    return block if distance <= 2 else None
+
+
+def check_block_names(top: dict[str, Pair], checker: _Checker) -> None:
+    """A top-level key one or two edits from `memory` or `model` while that block is absent: a
+    typo that would leave the block's defaults in force without a word."""
+    for name, (key, _) in top.items():
+        block = near_block(name)
+        if name in BLOCKS or block is None or block in top:
+            continue
+        checker.add(
+            key,
+            "block-name-typo",
+            f"top-level key {name!r} is not read, and there is no {block}: block; "
+            f"did you mean '{block}'?",
+            key_path("$", name),
+        )
 
 
 def check_yaml(text: str, checker: _Checker) -> AgentConfig | None:
@@ -148,7 +183,30 @@ def check_source(
         return [not_utf8(data, exc, file)], None
     checker = _Checker(file, text)
     config = check_yaml(text, checker)
-    return checker.sorted(), None if checker.has_errors else config
+    return checker.sorted(), None if blocking(checker.found) else config
+
+
+# Errors in what the agent will do that leave the settings usable by volumetool itself:
+# `sessions --due --config` needs no model, and `compact` takes --model (and says so without).
+USABLE_DESPITE = frozenset({"compaction-no-model"})
+
+
+def blocking(findings: list[Finding]) -> list[Finding]:
+    """The errors that make a config's settings unusable."""
+    return [f for f in findings if f.severity == "error" and f.rule not in USABLE_DESPITE]
+
+
+# A top-level key at the start of a line, plain or quoted: `memory:`, `"model":`.
+_TOP_KEY = re.compile(r"""^["']?([A-Za-z_][A-Za-z0-9_-]*)["']?[ \t]*:(?:[ \t]|$)""", re.M)
+
+
+def looks_like_agent_config(data: bytes) -> bool:
+    """Whether a YAML file is an agent config, for `validate --only-agent-configs` (the
+    pre-commit hook): a key at the top level that is `memory` or `model` or one or two edits
+    from them. Read from the text, not the YAML, so that a config with a syntax error still
+    counts; a Kubernetes manifest or a CI workflow does not."""
+    text = data.decode("utf-8", "replace")
+    return any(near_block(m.group(1)) for m in _TOP_KEY.finditer(text))
 
 
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
@@ -169,7 +227,7 @@ def load_config(path: str) -> AgentConfig:
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot read the config ({exc.strerror})") from None
     findings, config = check_source(data, path)
-    errors = [f for f in findings if f.severity == "error"]
+    errors = blocking(findings)
     if config is None or errors:
         first = errors[0]
         raise UnusableInput(

@@ -472,4 +472,20 @@ def json_schema() -> dict:
                 "oneOf": [{"type": "string", "minLength": 1}, model_block],
             },
         },
+        # compaction-no-model: compaction on (scope: thread, compact_at_tokens not false)
+        # needs a model to write the summaries.
+        "if": {
+            "required": ["memory"],
+            "properties": {
+                "memory": {
+                    "type": "object",
+                    "required": ["scope"],
+                    "properties": {
+                        "scope": {"const": "thread"},
+                        "compact_at_tokens": {"not": {"const": False}},
+                    },
+                }
+            },
+        },
+        "then": {"required": ["model"]},
     }

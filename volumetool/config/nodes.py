@@ -41,6 +41,21 @@ def did_you_mean(word: str, valid: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def edits(a: str, b: str) -> int:
+    """How many single-character edits (insert, delete, replace, swap two neighbours) turn `a`
+    into `b`: `memroy` is one from `memory`, `modle` one from `model`."""
+    before, row = None, list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            cost = min(row[j] + 1, current[j - 1] + 1, row[j - 1] + (x != y))
+            if before is not None and i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, before[j - 2] + 1)
+            current.append(cost)
+        before, row = row, current
+    return row[-1]
+
+
 def describe(node: yaml.Node) -> str:
     """A short, secret-safe description of what a node holds, for messages."""
     if isinstance(node, yaml.MappingNode):

@@ -33,6 +33,10 @@ RULES: dict[str, tuple[str, str]] = {
     "yaml-multiple-documents": ("error", "An agent config is one YAML document."),
     "config-not-mapping": ("error", "The top level of an agent config must be a mapping."),
     "duplicate-key": ("error", "A key appears twice in one mapping; the last one wins."),
+    "block-name-typo": (
+        "error",
+        "A top-level key one or two edits from memory or model, while that block is absent.",
+    ),
     "memory-not-mapping": ("error", "memory: must be a mapping."),
     "memory-empty": ("warning", "memory: is present but empty; the defaults apply."),
     "memory-unknown-key": ("error", "A key under memory: that the runtime does not know."),
@@ -71,6 +75,10 @@ RULES: dict[str, tuple[str, str]] = {
     "model-api-version": ("warning", "model.api_version is not a date (YYYY-MM-DD[-preview])."),
     "model-no-effect": ("warning", "A model: setting that the chosen api ignores."),
     "literal-secret": ("error", "A secret written into the file instead of the environment."),
+    "compaction-no-model": (
+        "error",
+        "Compaction is on (scope: thread) but there is no model: to write summaries.",
+    ),
     "summary-model-main": ("note", "Without model.small, the main model writes summaries."),
 }
 
@@ -126,7 +134,3 @@ class Findings:
 
     def sorted(self) -> list[Finding]:
         return sorted(self.found)
-
-    @property
-    def has_errors(self) -> bool:
-        return any(f.severity == "error" for f in self.found)
