@@ -197,21 +197,47 @@ def test_timeout_bounds_the_whole_request(server):
     assert "no response within 0.3s" in str(error)
 
 
-def test_connection_refused_is_a_retryable_connection_error():
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_connection_refused_opens_the_breaker_at_once_without_a_retry(api):
+    """SPEC 13: nothing listens on a closed port, so a retry is refused too (it took 4
+    attempts per thread, 79 s with --retries 10): one attempt, no wait, the breaker open and
+    the next request not sent."""
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    slept: list[float] = []
+
     async def go():
-        endpoint = Endpoint("openai", "http://127.0.0.1:9", "m", KEY, timeout=2)
+        endpoint = Endpoint(api, f"http://127.0.0.1:{port}", "m", KEY, timeout=2)
 
-        async def sleep(_):
-            return None
+        async def sleep(seconds):
+            slept.append(seconds)
 
-        async with ModelClient(endpoint, retry=RetryPolicy(attempts=2, sleep=sleep)) as client:
-            return await client.complete("s", "u")
+        breaker = Breaker()
+        policy = RetryPolicy(attempts=10, sleep=sleep)
+        async with ModelClient(endpoint, retry=policy, breaker=breaker) as client:
+            with pytest.raises(ModelError, match="connection refused") as caught:
+                await client.complete("s", "u")
+            with pytest.raises(EndpointUnusable, match="endpoint unusable: connection refused"):
+                await client.complete("s", "u")
+        return caught.value
 
-    with pytest.raises(ModelError, match="connection refused") as caught:
-        asyncio.run(go())
-    assert caught.value.attempts == 2  # retried: the server may be restarting
-    assert caught.value.endpoint_wide  # but once retries are spent, nothing else will get through
-    assert caught.value.where == "POST http://127.0.0.1:9/chat/completions"
+    error = asyncio.run(go())
+    assert (error.attempts, slept) == (1, [])
+    assert error.endpoint_wide and not error.retryable
+    path = "/v1/messages" if api == "anthropic" else "/chat/completions"
+    assert error.where == f"POST http://127.0.0.1:{port}{path}"
+    assert f"POST http://127.0.0.1:{port}{path}" in str(error) and "attempts" not in str(error)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_reset_and_a_timeout_are_still_retried(server, api):
+    """SPEC 13: only refusals and DNS open the breaker at once; a dropped connection or a
+    server that does not answer in time is retried as SPEC 6 says."""
+    server.queue("drop", "hang")
+    completion, delays = run(server, api, attempts=3, timeout=0.5)
+    assert isinstance(completion, Completion) and completion.text == server.summary
+    assert len(server.requests) == 3 and len(delays) == 2
 
 
 @pytest.mark.parametrize(
@@ -294,8 +320,8 @@ def chained(outer: BaseException, inner: BaseException) -> BaseException:
         (chained(OSError("x"), __import__("ssl").SSLError(1, "x")), "TLS failure", True, False),
         (OSError("[SSL: WRONG_VERSION_NUMBER] wrong version number"), "TLS failure", True, False),
         (OSError("certificate verify failed: self signed"), "TLS failure", True, False),
-        (ConnectionRefusedError("refused"), "connection refused", True, True),
-        (OSError("All connection attempts failed"), "connection refused", True, True),
+        (ConnectionRefusedError("refused"), "connection refused", True, False),
+        (OSError("All connection attempts failed"), "connection refused", True, False),
         (OSError(110, "timed out"), "connection error (TimeoutError)", False, True),
         (OSError("reset by peer"), "connection error (OSError)", False, True),
     ],
@@ -384,6 +410,30 @@ def http_date(seconds_from_now: float, zone: str = "GMT") -> str:
 )
 def test_retry_after_in_seconds_and_milliseconds(headers, expected):
     assert retry_after(**headers) == expected
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"llm_provider-retry-after": "120"}, 120.0),
+        ({"llm_provider-retry-after-ms": "2500"}, 2.5),
+        ({"llm_provider-retry-after-ms": "2500", "llm_provider-retry-after": "9"}, 2.5),
+        ({"retry-after": "4", "llm_provider-retry-after": "120"}, 4.0),
+        ({"llm_provider-retry-after": "soon"}, None),
+    ],
+)
+def test_retry_after_relayed_by_litellm_is_read(headers, expected):
+    """SPEC 13: LiteLLM relays the upstream's Retry-After only under its llm_provider- prefix
+    (20 requests in 9 s went to an upstream that had asked for 120 s)."""
+    assert parse_retry_after(httpx.Headers(headers)) == expected
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_long_wait_relayed_by_litellm_is_not_retried_and_stops_the_endpoint(server, api):
+    server.queue("litellm_429")
+    error, delays = run(server, api)
+    assert isinstance(error, ModelError) and "asked to wait 120 s" in str(error)
+    assert (len(server.requests), delays, error.endpoint_wide) == (1, [], True)
 
 
 def test_retry_after_as_an_http_date_is_the_time_left_until_it():
@@ -514,13 +564,13 @@ def chained(outer: BaseException, inner: BaseException) -> BaseException:
             chained(httpx.ConnectError("x"), ConnectionRefusedError(errno.ECONNREFUSED, "r")),
             "connection refused",
             True,
-            True,
+            False,
         ),
         (
             chained(httpx.ConnectError("x"), OSError(errno.ECONNREFUSED, "r")),
             "connection refused",
             True,
-            True,
+            False,
         ),
         (
             httpx.ConnectError("[SSL: WRONG_VERSION_NUMBER] wrong version number"),
@@ -534,8 +584,8 @@ def chained(outer: BaseException, inner: BaseException) -> BaseException:
             True,
             False,
         ),
-        (httpx.ConnectError("All connection attempts failed"), "connection refused", True, True),
-        (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused", True, True),
+        (httpx.ConnectError("All connection attempts failed"), "connection refused", True, False),
+        (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused", True, False),
         (
             chained(httpx.ReadError("x"), ConnectionResetError(errno.ECONNRESET, "reset")),
             "connection error (ReadError)",

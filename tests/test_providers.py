@@ -32,6 +32,7 @@ ENDPOINT_WIDE = {
     "402",
     "quota",
     "retry_after_long",
+    "litellm_429",
     "redirect",
     "event_stream",
     "sse_mislabelled",
@@ -84,6 +85,7 @@ REASONS = {
     "402": "HTTP 402",
     "quota": "HTTP 429",
     "retry_after_long": "asked to wait 120 s",
+    "litellm_429": "asked to wait 120 s",
     "max_tokens_param": ("max_tokens_param: max_completion_tokens", "HTTP 400"),
     "context_length": ("context_length_exceeded", "prompt is too long"),
     "vllm_error": ("maximum context length", "prompt is too long"),
@@ -174,8 +176,10 @@ def test_every_failure_leaves_the_transcript_byte_identical_and_costs_one_run(
     [outcome] = outcomes
     assert (outcome.status, code) == ("failed", 1), outcome
     assert expect_reason(fault, api) in outcome.error
-    from_answer = fault in REASON_WITHOUT_URL or (fault, api) == ("choices_empty", "anthropic")
-    assert "POST " in outcome.error or from_answer
+    # SPEC 13: every failure names the request, a refused answer (filter, refusal, length,
+    # tool call, empty, not shorter) as much as an HTTP error.
+    path_of = "/v1/messages" if api == "anthropic" else "/chat/completions"
+    assert f"POST {server.url}{path_of}" in outcome.error
     assert len(server.requests) == expected_attempts(fault, api)
     after = table_dump(path)
     assert after["messages"] == before["messages"] and after["sessions"] == before["sessions"]
@@ -196,27 +200,6 @@ def test_every_failure_leaves_the_transcript_byte_identical_and_costs_one_run(
     # SPEC 6: one line, control characters escaped, never the key: printed and stored alike.
     assert not re.search("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", outcome.error)
     assert KEY not in outcome.error and KEY[3:15] not in outcome.error
-
-
-# Failures decided from the answer itself, not from an HTTP exchange: no URL to name.
-REASON_WITHOUT_URL = {
-    "empty",
-    "whitespace",
-    "overlong",
-    "surrogate",
-    "truncated",
-    "tool_call",
-    "content_filter",
-    "refusal",
-    "pause_turn",
-    "window_exceeded",
-    "finish_null",
-    "finish_unknown",
-    "refusal_echo",
-    "finish_echo",
-    "invisible",
-    "wide_summary",
-}
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])

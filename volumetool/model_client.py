@@ -184,11 +184,18 @@ class ModelError(Exception):
                 self.request_id = self.request_id.replace(secret, "[redacted]")
 
     def __str__(self) -> str:
-        context = [c for c in (self.where, self.request_id and f"request {self.request_id}") if c]
-        text = self.reason + (f" ({', '.join(context)})" if context else "")
+        text = located(self.reason, self.where, self.request_id)
         if self.attempts > 1:
             text += f" after {self.attempts} attempts"
         return one_line(text)
+
+
+def located(reason: str, where: str | None, request_id: str | None = None) -> str:
+    """An error of a model call as it is stored and printed: the reason, then the request
+    (method and URL) and the server's request id — for failed requests and refused answers
+    alike (SPEC 13)."""
+    context = [c for c in (where, request_id and f"request {request_id}") if c]
+    return one_line(reason + (f" ({', '.join(context)})" if context else ""))
 
 
 class EndpointUnusable(ModelError):
@@ -263,19 +270,33 @@ def _seconds(text: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+# Where servers say how long to wait: their own headers first, then what LiteLLM relays of
+# the upstream's (it renames them llm_provider-*); milliseconds before seconds.
+RETRY_AFTER_HEADERS = ("retry-after-ms", "retry-after", "llm_provider-retry-after-ms")
+RETRY_AFTER_HEADERS += ("llm_provider-retry-after",)
+
+
 def parse_retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds to wait, from retry-after-ms or Retry-After (seconds or an HTTP date); None for
-    anything else (`soon`, negative, not finite)."""
-    if "retry-after-ms" in headers:
-        millis = _seconds(headers["retry-after-ms"])
-        if millis is not None:
-            return millis / 1000
-    value = (headers.get("retry-after") or "").strip()
-    if not value:
-        return None
-    seconds = _seconds(value)
-    if seconds is not None:
-        return seconds
+    """Seconds to wait, from the first of RETRY_AFTER_HEADERS that holds a number of
+    milliseconds, seconds or an HTTP date; None when none does (`soon`, negative, not finite)."""
+    for name in RETRY_AFTER_HEADERS:
+        value = (headers.get(name) or "").strip()
+        if not value:
+            continue
+        if name.endswith("-ms"):
+            millis = _seconds(value)
+            if millis is not None:
+                return millis / 1000
+            continue
+        seconds = _seconds(value)
+        if seconds is None:
+            seconds = _http_date_wait(value)
+        if seconds is not None:
+            return seconds
+    return None
+
+
+def _http_date_wait(value: str) -> float | None:
     try:
         moment = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError, OverflowError):
@@ -316,7 +337,8 @@ def connection_failure(exc: BaseException, where: str) -> ModelError:
         for c in causes
     ) or re.search(r"connection refused|all connection attempts failed", text, re.I)
     if refused:
-        return ModelError("connection refused", retryable=True, endpoint_wide=True, where=where)
+        # Nothing listens there: every retry would be refused too (SPEC 13).
+        return ModelError("connection refused", endpoint_wide=True, where=where)
     return ModelError(f"connection error ({type(exc).__name__})", retryable=True, where=where)
 
 

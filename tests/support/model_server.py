@@ -217,6 +217,21 @@ HTTP_ERRORS: dict[str, tuple[int, dict, dict, dict]] = {
         _anthropic_error("rate_limit_error", "Slow down"),
         {"retry-after": "120"},
     ),
+    # LiteLLM in front of a provider: the upstream's Retry-After relayed under its own name.
+    "litellm_429": (
+        429,
+        {
+            "error": {
+                "message": "litellm.RateLimitError: RateLimitError: OpenAIException - Rate "
+                "limit reached",
+                "type": "None",
+                "param": "None",
+                "code": "429",
+            }
+        },
+        _anthropic_error("rate_limit_error", "Rate limit reached"),
+        {"llm_provider-retry-after": "120", "retry-after": "soon"},
+    ),
     "should_retry_false": (
         500,
         _openai_error("The server had an error", "server_error"),

@@ -5,7 +5,7 @@ request carrying the summary so far. Every call's usage adds into the result, fa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from volumetool.compaction.plan import Message, estimate_text_tokens
@@ -20,7 +20,13 @@ from volumetool.compaction.prompt import (
     render_fold,
     render_request,
 )
-from volumetool.model_client import Completion, EndpointUnusable, ModelClient, ModelError
+from volumetool.model_client import (
+    Completion,
+    EndpointUnusable,
+    ModelClient,
+    ModelError,
+    located,
+)
 from volumetool.render import one_line
 from volumetool.usage import Usage
 
@@ -115,7 +121,9 @@ async def summarize(
                 completion = await client.complete(system, user)
                 calls += 1
                 spent.usage += completion.usage
-                text = accept_summary(api, completion)
+                text = _located(
+                    client, accept_summary, api, completion, request_id=completion.request_id
+                )
             except (ModelError, SummaryRejected) as exc:
                 if isinstance(exc, ModelError):
                     calls += 0 if isinstance(exc, EndpointUnusable) else exc.attempts
@@ -128,9 +136,21 @@ async def summarize(
             summary_so_far, remaining, parts = text, remaining[take:], parts + 1
         if summary_so_far is None:  # nothing to fold: the plan never asks for this
             raise SummaryRejected("nothing to summarize")
-        summary = check_shorter(summary_so_far, previous_summary, fold)
+        summary = _located(client, check_shorter, summary_so_far, previous_summary, fold)
     except EndpointUnusable as exc:
         raise SummaryFailed(str(exc), spent.usage, unusable=calls == 0) from None
     except (ModelError, SummaryRejected) as exc:
         raise SummaryFailed(str(exc), spent.usage) from None
     return Summary(summary, spent.usage)
+
+
+def _located(
+    client: ModelClient, check: Callable[..., str], *args: object, request_id: str | None = None
+) -> str:
+    """`check(*args)`, the summary it accepts; an answer it refuses is refused naming the
+    request that answered it, as a failed request is (SPEC 13)."""
+    try:
+        return check(*args)
+    except SummaryRejected as exc:
+        reason = located(str(exc), client.endpoint.where, request_id)
+        raise SummaryRejected(reason, too_long=exc.too_long) from None
