@@ -89,9 +89,11 @@ class Endpoint:
         return f"POST {self.url}"
 
     def headers(self) -> dict[str, str]:
-        auth = self.auth or ("x-api-key" if self.api == "anthropic" else "bearer")
-        value = f"Bearer {self.api_key}" if auth == "bearer" else self.api_key
-        headers = {AUTH_HEADERS[auth]: value, "user-agent": USER_AGENT}
+        headers = {"user-agent": USER_AGENT}
+        if self.api_key:  # a local server (llama.cpp, Ollama, vLLM) may need no key
+            auth = self.auth or ("x-api-key" if self.api == "anthropic" else "bearer")
+            value = f"Bearer {self.api_key}" if auth == "bearer" else self.api_key
+            headers[AUTH_HEADERS[auth]] = value
         headers["accept-encoding"] = "identity"  # answers are small; see _decoded
         if self.api == "anthropic":
             headers["anthropic-version"] = ANTHROPIC_VERSION

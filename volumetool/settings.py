@@ -81,8 +81,12 @@ class ModelSettings:
     max_tokens_param: str = "max_tokens"  # the request field that carries the output limit
     auth: str | None = None  # a key of AUTH_HEADERS
     api_version: str | None = None  # sent as the api-version query parameter when set
+    # Whether the config named api_key_env itself: then its key is required; otherwise the
+    # api's usual variable is used when it is set, and no key is sent when not (SPEC 14).
+    key_named: bool = field(init=False, default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "key_named", self.api_key_env is not None)
         defaults = API_DEFAULTS.get(self.api, API_DEFAULTS["openai"])
         for name in ("base_url", "api_key_env", "auth"):
             if getattr(self, name) is None:
@@ -94,7 +98,9 @@ class ModelSettings:
         return self.small or self.name
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        shown = asdict(self)
+        del shown["key_named"]
+        return shown
 
 
 @dataclass(frozen=True)

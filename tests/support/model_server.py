@@ -357,6 +357,9 @@ class ModelServer:
         self.usage = {"input": 1200, "output": 80, "cache_creation": 30, "cache_read": 70}
         self.retry_after = "0.05"
         self.omit_usage = False
+        # A local server run without a key (llama.cpp, Ollama, vLLM): a request that carries
+        # one anyway is answered 401, so that a test sees any key sent.
+        self.keyless = False
         self.context_limit: int | None = None  # characters of conversation a request may hold
         self.fail_every: tuple[int, str] | None = None  # (n, fault): every nth request fails
         self.answer: Callable[[dict], str] | None = None  # the summary, from the request
@@ -419,6 +422,10 @@ class ModelServer:
             fault = self._queue.popleft() if self._queue else self.fault
             if self.fail_every and len(self.requests) % self.fail_every[0] == 0:
                 fault = self.fail_every[1]
+            if self.keyless and any(
+                h in handler.headers for h in ("authorization", "x-api-key", "api-key")
+            ):
+                fault = "401"
             if (
                 fault is None
                 and self.context_limit is not None

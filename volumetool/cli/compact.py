@@ -140,7 +140,9 @@ def compact(
     at least 3 live turns. Without --config, scope: thread and the default threshold (50000)
     are assumed, and --model is needed.
 
-    The API key is read from the environment variable that model.api_key_env names.
+    The API key is read from the environment variable that model.api_key_env (or
+    --api-key-env) names; when neither names one, from $OPENAI_API_KEY or $ANTHROPIC_API_KEY
+    if set, else no key is sent (llama.cpp, Ollama and vLLM need none).
 
     \b
     Example:

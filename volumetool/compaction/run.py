@@ -184,7 +184,12 @@ def resolve_endpoint(request: Request, need_key: bool) -> tuple[str | None, Endp
     api = request.api or settings.api
     same_api = api == settings.api
     base_url = request.base_url or (settings.base_url if same_api else API_DEFAULTS[api][0])
-    key_env = request.api_key_env or (settings.api_key_env if same_api else API_DEFAULTS[api][1])
+    # A variable the config or --api-key-env names must hold a key; the api's usual one may
+    # not (a local server needs none): then no key is sent.
+    named = request.api_key_env or (
+        settings.api_key_env if same_api and settings.key_named else None
+    )
+    key_env = named or API_DEFAULTS[api].api_key_env
     base_url = base_url or API_DEFAULTS[api][0]
     problem = base_url_problem(base_url, api)
     if problem:  # the message never repeats the URL: it may carry a password or a key
@@ -197,14 +202,14 @@ def resolve_endpoint(request: Request, need_key: bool) -> tuple[str | None, Endp
             "no model to write summaries",
             "set model.small or model.name in the config, or pass --model",
         )
-    key = os.environ.get(key_env or "", "")
-    if not key:
+    key = os.environ.get(key_env, "")
+    if not key and named:
         raise UnusableInput(f"${key_env} is not set", "export the API key in that variable")
     return model, Endpoint(
         api,
         base_url,
         model,
-        check_api_key(key, key_env or "?"),
+        check_api_key(key, key_env),
         request.max_summary_tokens,
         request.timeout,
         auth=settings.auth if same_api else None,

@@ -81,7 +81,7 @@ class Key:
 def table(settings: type, *keys: Key) -> dict[str, Key]:
     """The keys of one block, with the defaults of its settings dataclass; the table and the
     dataclass name the same keys in the same order, or nothing imports."""
-    defaults = {f.name: f.default for f in fields(settings)}
+    defaults = {f.name: f.default for f in fields(settings) if f.init}
     if list(defaults) != [key.name for key in keys]:
         raise TypeError(f"the key table and {settings.__name__} disagree")
     return {key.name: replace(key, default=defaults[key.name]) for key in keys}
