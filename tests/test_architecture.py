@@ -75,9 +75,13 @@ def test_the_readme_exit_code_table_is_the_code_s():
     defined = {
         cls.exit_code
         for cls in vars(errors).values()
-        if isinstance(cls, type) and issubclass(cls, errors.VolumetoolError)
+        if isinstance(cls, type)
+        and issubclass(cls, errors.VolumetoolError)
+        and isinstance(cls.exit_code, int)
     }
-    assert documented == defined | {0}
+    interrupted = {128 + signum for signum in errors.Interrupted.SIGNALS}  # 130, 143
+    assert documented == defined | interrupted | {0}
+    assert set(errors.EXIT_PRECEDENCE) == defined | interrupted
 
 
 def test_every_command_the_readme_names_exists():

@@ -150,7 +150,16 @@ def wait_for(condition, timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-def test_ctrl_c_during_an_import_from_a_slow_pipe_writes_nothing_and_exits_130(tmp_path):
+# SIGTERM (`timeout`, systemd, Kubernetes) is handled as Ctrl-C is; only the exit code differs.
+SIGNALS = pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+
+
+@SIGNALS
+def test_ctrl_c_during_an_import_from_a_slow_pipe_writes_nothing_and_exits_130(
+    tmp_path, signum, code
+):
     path = many_rows(tmp_path / "agent.db", memories=10)
     before = table_dump(path)
     proc = subprocess.Popen(
@@ -164,9 +173,9 @@ def test_ctrl_c_during_an_import_from_a_slow_pipe_writes_nothing_and_exits_130(t
     proc.stdin.flush()
     wait_for(lambda: holds_open(proc.pid, path))
     time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     assert err.decode().splitlines() == [f"volumetool: {path}: interrupted; nothing was written"], (
         err
     )
@@ -198,17 +207,18 @@ def test_ctrl_c_inside_the_write_transaction_rolls_it_back_and_exits_130(tmp_pat
     assert not journal.exists() or journal.stat().st_size == 0
 
 
-def test_ctrl_c_in_a_read_exits_130_in_one_line(tmp_path):
+@SIGNALS
+def test_ctrl_c_in_a_read_exits_130_in_one_line(tmp_path, signum, code):
     path = many_rows(tmp_path / "agent.db", runs=20_000)
     proc = subprocess.Popen(
         [*VT, "runs", str(path), "-n", "0", "--nl"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     proc.stdout.readline()  # it is writing rows: stdout is full until we read on
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     proc.stdout.read()
     proc.wait(timeout=30)
     err = proc.stderr.read().decode()
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     assert err.splitlines() == ["volumetool: interrupted"], err
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.model_server import ModelServer
 from tests.support.volumes import VolumeWriter, due_thread, table_dump
-from tests.test_cli import wait_for
+from tests.test_cli import SIGNALS, wait_for
 from tests.test_compaction import rows, write_config
 from volumetool.compaction.run import INTERRUPTED, INTERRUPTED_AFTER
 
@@ -33,12 +33,15 @@ def server():
         yield s
 
 
-def start_compact(path, config, *args) -> subprocess.Popen:
+def start_compact(path, config, *args, ignore_sigint: bool = False) -> subprocess.Popen:
+    # A background job without job control starts with SIGINT ignored: SIGTERM still stops it.
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None
     return subprocess.Popen(
         [sys.executable, "-m", "volumetool", "compact", str(path), "--config", str(config), *args],
         env={**os.environ, "TEST_MODEL_KEY": KEY},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=ignore,
     )
 
 
@@ -53,8 +56,8 @@ def compaction_events(path) -> list[tuple]:
     return rows(path, sql)
 
 
-def interrupt(proc: subprocess.Popen) -> tuple[int, str]:
-    proc.send_signal(signal.SIGINT)
+def interrupt(proc: subprocess.Popen, signum: int = signal.SIGINT) -> tuple[int, str]:
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=30)  # well before the answers would come
     return proc.returncode, err.decode()
 
@@ -93,9 +96,41 @@ def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, serv
     assert len(server.requests) == 2  # the three threads not started were not called
 
 
-def test_ctrl_c_in_a_fold_sent_in_parts_keeps_what_the_parts_that_answered_reported(
-    tmp_path, server
+@SIGNALS
+def test_an_interrupt_while_waiting_for_a_volume_lock_starts_nothing_more(
+    tmp_path, server, signum, code
 ):
+    """`compact ./a ./b --wait 60` while another volumetool holds ./a: Ctrl-C (or SIGTERM)
+    during the wait ends the run there; ./b is not compacted, no call is made."""
+    from tests.test_cli import holds_open
+    from volumetool.volume import lock_path, volume_lock
+
+    paths = []
+    for name in ("a", "b"):
+        w = VolumeWriter(tmp_path / f"{name}.db")
+        due_thread(w, f"discord:{name}")
+        w.close()
+        paths.append(w.path)
+    config = write_config(tmp_path / "agent.yaml", server)
+    before = table_dump(paths[1])
+    with volume_lock(paths[0]):
+        proc = start_compact(paths[0], config, paths[1], "--wait", "60")
+        wait_for(lambda: holds_open(proc.pid, lock_path(paths[0])))
+        exit_code, err = interrupt(proc, signum)
+    assert exit_code == code, err
+    assert err.splitlines() == [f"volumetool: {paths[0]}: interrupted; nothing was written"]
+    assert server.requests == [] and table_dump(paths[1]) == before
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "ignore_sigint"),
+    [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGTERM, 143, True)],
+    ids=["SIGINT", "SIGTERM", "SIGTERM-with-SIGINT-ignored"],
+)
+def test_ctrl_c_in_a_fold_sent_in_parts_keeps_what_the_parts_that_answered_reported(
+    tmp_path, server, signum, code, ignore_sigint
+):
+    """SIGTERM (`timeout`, systemd, Kubernetes) ends it as Ctrl-C does, but for the exit code."""
     w = VolumeWriter(tmp_path / "agent.db")
     due_thread(w, "long", turns=30)
     w.close()
@@ -109,11 +144,14 @@ def test_ctrl_c_in_a_fold_sent_in_parts_keeps_what_the_parts_that_answered_repor
 
     server.on_request = hold_the_second_part
     before = table_dump(w.path)
-    proc = start_compact(w.path, config, "--max-input-tokens", "6000")
+    proc = start_compact(w.path, config, "--max-input-tokens", "6000", ignore_sigint=ignore_sigint)
     wait_for(second.is_set)
-    code, err = interrupt(proc)
-    assert code == 130, err
-    assert "the 1 model call(s) under way are recorded as failed runs" in err
+    exit_code, err = interrupt(proc, signum)
+    assert exit_code == code, err
+    assert err.splitlines() == [
+        "volumetool: interrupted; the 1 model call(s) under way are recorded as failed runs"
+        " (the provider may bill them); what was committed before stays"
+    ]
     # The first part answered and reported its usage; the second is under way.
     [(_, status, input_tokens, output_tokens, error)] = compaction_runs(w.path)
     assert (status, error) == ("error", INTERRUPTED)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from tests.conftest import assert_clean_error, examples
 from tests.support.legacy import write_legacy
 from tests.support.volumes import VolumeWriter, file_digest, table_dump
+from tests.test_cli import SIGNALS, wait_for
 from tests.test_schema import ROOT, normalized_schema
 from volumetool import migrations as migrations_module
 from volumetool.atomic import create_volume
@@ -275,6 +276,40 @@ def test_many_volumes_in_one_call(tmp_path, run_cli):
     assert result.exit_code == 2
     assert f"{current}: up to date" in result.stdout and f"{legacy}: applied" in result.stdout
     assert "1 failed, 1 migrated, 1 up to date" in result.stderr
+
+
+@SIGNALS
+def test_an_interrupted_migrate_starts_no_next_volume_and_says_which_are_finished(
+    tmp_path, signum, code
+):
+    """`migrate ./a ./b ./c && deploy`: Ctrl-C (or SIGTERM) while ./b migrates must not
+    migrate ./c, nor exit 0; the one line names the volumes finished and those not."""
+    first, _ = legacy_file(tmp_path / "a.db")
+    threads = [
+        {"id": n, "key": f"k:{n}", "transcript": transcript(20, f"t{n}")} for n in range(1, 1501)
+    ]
+    big = write_legacy(tmp_path / "b.db", threads)
+    last, _ = legacy_file(tmp_path / "c.db")
+    untouched = file_digest(last)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "volumetool", "migrate", first, big, last, "--no-backup"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    journal = Path(f"{big}-journal")  # a migration of ./b is under way
+    wait_for(journal.exists, timeout=120)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert f"{first}: applied" in out.decode() and str(big) not in out.decode()
+    [line] = err.decode().splitlines()
+    assert line.startswith(f"volumetool: {big}: interrupted; "), line
+    assert line.endswith(
+        f"; finished: 1 ({first}); not finished: 2 ({big}, {last}) — run migrate again"
+    ), line
+    assert file_digest(last) == untouched
+    with sqlite3.connect(big) as conn:  # what committed is whole; the rest is as it was
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
 def test_backup_never_overwrites(tmp_path, run_cli):

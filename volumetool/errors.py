@@ -6,6 +6,7 @@ nothing of the CLI, and the group turns them into one line on stderr and the exi
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -70,9 +71,16 @@ class Busy(VolumetoolError):
 
 
 class Interrupted(VolumetoolError):
-    """Exit 130: Ctrl-C. The message says what became of a write that was under way."""
+    """Exit 130 (SIGINT: Ctrl-C) or 143 (SIGTERM: `timeout`, systemd, Kubernetes): 128 and the
+    signal that came (`by`, which the CLI sets when SIGTERM comes; both are handled alike).
+    The message says what is committed and what became of a write that was under way."""
 
-    exit_code = 130
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    by = signal.SIGINT
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        return 128 + int(Interrupted.by)
 
 
 class UntrustedSchemaWarning(UserWarning):
@@ -81,8 +89,9 @@ class UntrustedSchemaWarning(UserWarning):
 
 
 # When a command's parts end differently (volumes, threads), its exit code tells the most
-# serious: unusable input, then a schema mismatch, then problems found, then busy (retry later).
-EXIT_PRECEDENCE = (2, 3, 1, 4)
+# serious: an interruption (SIGTERM, SIGINT: the command stopped), then unusable input, then a
+# schema mismatch, then problems found, then busy (retry later).
+EXIT_PRECEDENCE = (143, 130, 2, 3, 1, 4)
 
 
 def worst_exit_code(codes: Iterable[int]) -> int:

@@ -11,6 +11,7 @@ import atexit
 import errno
 import importlib
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -167,7 +168,8 @@ def cli(debug: bool) -> None:
     \b
     Exit codes: 0 ok · 1 problems found · 2 usage error or unusable input
                 3 schema mismatch (run `volumetool migrate`) · 4 busy, retry later
-                130 interrupted (Ctrl-C; a write under way is rolled back)
+                130 interrupted (Ctrl-C), 143 terminated (SIGTERM): a write under way
+                is rolled back, nothing more starts, the message says what is committed
 
     \b
     Example:
@@ -175,7 +177,21 @@ def cli(debug: bool) -> None:
     """
 
 
+def _terminated(signum: int, frame) -> None:
+    """SIGTERM (`timeout`, systemd, Kubernetes) is taken as Ctrl-C is, wherever it comes: by
+    the SIGINT handler in place (asyncio's while a compaction runs: it cancels the calls, which
+    are then recorded as failed runs), else as KeyboardInterrupt. Only the exit code differs
+    (143: `Interrupted.by`)."""
+    Interrupted.by = signal.SIGTERM
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:  # SIGINT ignored (a background job without job control), or the pager has it
+        raise KeyboardInterrupt
+
+
 def main() -> NoReturn:
+    signal.signal(signal.SIGTERM, _terminated)
     # Started with fd 0, 1 or 2 closed (`>&-`, some job runners): each is /dev/null for the
     # life of the process, as if redirected there, so that a command runs whole; and no file
     # opened later (a volume) can take one of those numbers and receive what is written there.

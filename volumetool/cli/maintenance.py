@@ -8,6 +8,7 @@ import click
 
 from volumetool.cli.options import (
     AFTER_VOLUME,
+    VolumeByVolume,
     busy_timeout_option,
     emit,
     output_options,
@@ -56,7 +57,7 @@ def migrate(
       volumetool migrate /srv/agents/*/ --shard $JOB_COMPLETION_INDEX/4
     """
     from volumetool.cli import show_error
-    from volumetool.errors import VolumetoolError, worst_exit_code
+    from volumetool.errors import Interrupted, VolumetoolError, worst_exit_code
     from volumetool.upgrade import MIGRATION_FIELDS, migration_rows
     from volumetool.volume import Volume, resolve
 
@@ -64,24 +65,27 @@ def migrate(
     summary: dict[str, int] = {}
     many = len(volumes) > 1 or shard is not None
     volumes = shard_volumes(volumes, shard)
-    for argument in volumes:
-        try:
-            path = resolve(argument)
-            if list_:
-                with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
-                    if many:
-                        show(f"{path}:")
-                    emit(migration_rows(vol.schema), MIGRATION_FIELDS, output, tablefmt, limit)
+    with VolumeByVolume(volumes) as each:
+        for argument in each:
+            try:
+                path = resolve(argument)
+                if list_:
+                    with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
+                        if many:
+                            show(f"{path}:")
+                        emit(migration_rows(vol.schema), MIGRATION_FIELDS, output, tablefmt, limit)
+                    continue
+                result = _migrate_one(path, check_ or dry_run, not no_backup, wait, busy_timeout)
+            except Interrupted:
+                raise
+            except VolumetoolError as exc:
+                show_error(exc)
+                codes.append(exc.exit_code)
+                summary["failed"] = summary.get("failed", 0) + 1
                 continue
-            result = _migrate_one(path, check_ or dry_run, not no_backup, wait, busy_timeout)
-        except VolumetoolError as exc:
-            show_error(exc)
-            codes.append(exc.exit_code)
-            summary["failed"] = summary.get("failed", 0) + 1
-            continue
-        outcome = _report(result, check_, dry_run, no_backup)
-        codes.append(1 if outcome == "pending" and check_ else 0)
-        summary[outcome] = summary.get(outcome, 0) + 1
+            outcome = _report(result, check_, dry_run, no_backup)
+            codes.append(1 if outcome == "pending" and check_ else 0)
+            summary[outcome] = summary.get(outcome, 0) + 1
     if not list_ and many and volumes:
         say(", ".join(f"{n} {k}" for k, n in sorted(summary.items())))
     sys.exit(worst_exit_code(codes))
@@ -185,24 +189,25 @@ def check(volumes, as_json, shard, busy_timeout) -> None:
     one = len(volumes) == 1 and shard is None
     found_all: list[dict] = []
     codes = []
-    for argument in shard_volumes(volumes, shard):
-        try:
-            path, found = check_volume(argument, busy_timeout)
-        except VolumetoolError as exc:
-            if one:
-                raise
-            show_error(exc)
-            codes.append(exc.exit_code)
-            continue
-        if as_json:
-            where = {} if one else {"path": str(path)}
-            found_all.extend({**where, **p.as_dict()} for p in found)
-        else:
-            for problem in found:
-                show(f"{path}: {problem.line()}")
-        verdict = f"{len(found)} problem(s)" if found else "ok"
-        say(f"{path}: {verdict}")
-        codes.append(1 if found else 0)
+    with VolumeByVolume(shard_volumes(volumes, shard)) as each:
+        for argument in each:
+            try:
+                path, found = check_volume(argument, busy_timeout)
+            except VolumetoolError as exc:
+                if one:
+                    raise
+                show_error(exc)
+                codes.append(exc.exit_code)
+                continue
+            if as_json:
+                where = {} if one else {"path": str(path)}
+                found_all.extend({**where, **p.as_dict()} for p in found)
+            else:
+                for problem in found:
+                    show(f"{path}: {problem.line()}")
+            verdict = f"{len(found)} problem(s)" if found else "ok"
+            say(f"{path}: {verdict}")
+            codes.append(1 if found else 0)
     if as_json:
         from volumetool.render import render_document
 

@@ -7,7 +7,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import BinaryIO
 
 import click
@@ -152,6 +152,41 @@ def shard_volumes(volumes: Sequence[str], shard) -> list[str]:
     if note:
         say(note)
     return selected
+
+
+class VolumeByVolume:
+    """The VOLUME arguments of a command that takes many, one after the other:
+    `with VolumeByVolume(volumes) as each: for argument in each: …`. Ctrl-C or SIGTERM stops
+    it there: no next volume starts, and the one line (exit 130 or 143) says which volumes
+    were finished and which were not (SPEC 13)."""
+
+    def __init__(self, volumes: Sequence[str]) -> None:
+        self.volumes = list(volumes)
+        self.finished = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for argument in self.volumes:
+            yield argument
+            self.finished += 1  # asked for the next: this one ended, however it did
+
+    def __enter__(self) -> VolumeByVolume:
+        return self
+
+    def __exit__(self, kind, exc, traceback) -> None:
+        from volumetool.errors import Interrupted
+
+        if not isinstance(exc, KeyboardInterrupt | Interrupted) or len(self.volumes) < 2:
+            return
+        what = exc.message if isinstance(exc, Interrupted) else "interrupted"
+        finished, rest = self.volumes[: self.finished], self.volumes[self.finished :]
+        raise Interrupted(
+            f"{what}; finished: {_paths(finished)}; not finished: {_paths(rest)}",
+            exc.hint if isinstance(exc, Interrupted) else None,
+        ) from None
+
+
+def _paths(arguments: Sequence[str]) -> str:
+    return f"{len(arguments)} ({', '.join(arguments)})" if arguments else "none"
 
 
 class WholeWrites:

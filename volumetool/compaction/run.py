@@ -261,6 +261,8 @@ class _Planner:
         for argument in arguments:
             try:
                 self.volumes.append((open_volume(argument, request, stack), []))
+            except Interrupted:
+                raise  # Ctrl-C or SIGTERM while waiting for a lock: nothing more starts
             except VolumetoolError as exc:
                 self.volumes.append((None, [_unusable(argument, exc)]))
 
