@@ -54,6 +54,56 @@ def test_the_tree_reaches_every_subcommand():
     assert {"memories import", "thread reset", "config show", "backup"} <= set(paths)
 
 
+def resolved(command: list[str]):
+    import click
+
+    found = cli
+    for name in command:
+        found = found.get_command(click.Context(found), name)
+    return found
+
+
+@pytest.mark.parametrize("command", list(command_tree())[1:], ids=" ".join)
+def test_every_command_parses_its_options_the_one_way(command):
+    """An option given twice is refused in every command (`Command`, `Group`: SPEC 13)."""
+    from volumetool.cli.options import Command, Group
+
+    assert isinstance(resolved(command), Command | Group)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["status", "VOL", "--json", "--busy-timeout", "1", "--busy-timeout", "2"], "--busy"),
+        (["runs", "VOL", "-n", "1", "--limit", "2"], "-n/--limit"),
+        (["sessions", "VOL", "--status", "all", "--status", "active"], "--status"),
+        (["audit", "VOL", "--since", "7d", "--since=1d"], "--since"),
+        (["memories", "list", "VOL", "--prefix", "a", "--prefix", "b"], "--prefix"),
+        (["search", "VOL", "refund", "--role", "user", "--role", "tool"], "--role"),
+        (["erase", "VOL", "--key", "k", "--wait", "1", "--wait", "1", "--dry-run"], "--wait"),
+        (["prune", "VOL", "--archived-before", "9d", "--archived-before", "3d"], "--archived"),
+        (["compact", "VOL", "--config", "a.yaml", "--config", "b.yaml"], "--config"),
+        (["validate", "-", "--format", "json", "--format", "text"], "--format"),
+        (["thread", "new", "VOL", "k", "--busy-timeout", "1", "--busy-timeout", "1"], "--busy"),
+    ],
+    ids=lambda v: " ".join(a for a in v if a != "VOL") if isinstance(v, list) else "",
+)
+def test_an_option_that_takes_one_value_given_twice_is_a_usage_error(
+    tmp_path, run_cli, args, named
+):
+    """Never last-wins (`--since 7d --since=1d` would silently read one of them), whatever the
+    command and even with the same value twice; nothing is done."""
+    from tests.conftest import assert_clean_error
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    w.message(w.thread("k"), "user", "hello")
+    w.close()
+    before = table_dump(w.path)
+    result = run_cli(*[w.path if a == "VOL" else a for a in args], input="")
+    assert_clean_error(result, 2, f"Error: {named}", "given twice")
+    assert table_dump(w.path) == before
+
+
 def test_version(run_cli):
     result = run_cli("--version")
     assert result.exit_code == 0

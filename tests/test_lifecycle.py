@@ -421,6 +421,8 @@ def test_erase_deletes_every_thread_under_the_key_and_detaches_their_runs(tmp_pa
     assert report == {
         "key": "telegram:ana",
         "memories_prefix": "ana.",
+        "keys": ["telegram:ana"],
+        "memories_prefixes": ["ana."],
         "dry_run": False,
         "threads": 2,
         "messages": 25,
@@ -627,3 +629,110 @@ def test_status_reads_a_volume_whose_audit_holds_details_that_are_not_json(tmp_p
     result = run_cli("status", path, "--json")
     assert result.exit_code == 0, result
     assert json.loads(result.stdout)["tokens"] == before
+
+
+# -- repeated --key and --memories-prefix (SPEC 13: never last-wins) ---------------------------
+
+NAMED = {"telegram:ana": "qzanamark31x", "discord:bob": "qzbobmark52x"}
+PREFIXED = {"ana.": "qzanamemo64x", "bob.": "qzbobmemo85x"}
+
+
+def four_sets(tmp_path) -> Path:
+    """Threads under two keys and memories under two prefixes to erase, each with a marker of
+    its own; a thread and a memory that stay."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    for key, marker in NAMED.items():
+        for status in ("archived", "active"):
+            w.message(w.thread(key, status=status), "user", f"{key} says {marker} " + "z" * 200)
+    w.message(w.thread("slack:cara"), "user", f"cara says {OTHER}")
+    for prefix, marker in PREFIXED.items():
+        w.memory(f"{prefix}card", f"card {marker}")
+    w.memory("cara.note", f"cara {OTHER}")
+    w.close()
+    return w.path
+
+
+def test_repeated_keys_and_prefixes_erase_everything_named_in_one_transaction(tmp_path, run_cli):
+    path = four_sets(tmp_path)
+    options = []
+    for key in NAMED:
+        options += ["--key", key]
+    for prefix in PREFIXED:
+        options += ["--memories-prefix", prefix]
+    dry = run_cli("erase", path, *options, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry
+    result = run_cli("erase", path, *options, "--yes", "--json")
+    assert result.exit_code == 0, result
+    assert {**json.loads(dry.stdout), "dry_run": False} == json.loads(result.stdout)
+    for marker in [*NAMED.values(), *PREFIXED.values()]:
+        assert holds(path, marker) == [], marker  # gone from every byte, as erase promises
+    assert holds(path, OTHER)
+    assert query(path, "SELECT conversation_key FROM sessions") == [("slack:cara",)]
+    assert query(path, "SELECT key FROM memories") == [("cara.note",)]
+    [(detail,)] = query(path, "SELECT detail FROM audit WHERE event = 'erase'")
+    detail = json.loads(detail)
+    assert detail["keys"] == list(NAMED) and detail["memories_prefixes"] == list(PREFIXED)
+    assert (detail["threads"], detail["memories"]) == (4, 2) and "key" not in detail
+    report = json.loads(result.stdout)
+    assert (report["threads"], report["memories"], report["absent_keys"]) == (4, 2, [])
+    assert "erased 4 thread(s) under 'telegram:ana', 'discord:bob'" in result.stderr
+    assert "2 memory(ies) under 'ana.', 'bob.'" in result.stderr
+
+
+def test_a_repeated_key_with_nothing_under_it_erases_the_others_and_exits_1(tmp_path, run_cli):
+    path = four_sets(tmp_path)
+    result = run_cli("erase", path, "--key", "telegram:ana", "--key", "telegram:nobody", "--yes")
+    assert result.exit_code == 1, result
+    assert result.stderr.splitlines()[-1].startswith(
+        "volumetool: no thread under key 'telegram:nobody'"
+    )
+    assert holds(path, NAMED["telegram:ana"]) == []
+    again = run_cli("erase", path, "--key", "telegram:ana", "--key", "telegram:nobody", "--yes")
+    assert_clean_error(again, 1, "no thread under key 'telegram:ana', 'telegram:nobody'")
+    assert "one of them was erased at" in again.stderr
+
+
+@pytest.mark.parametrize("command", ["erase", "prune"])
+def test_an_interrupt_after_the_delete_committed_says_it_is_committed(
+    tmp_path, run_cli, monkeypatch, command
+):
+    """Ctrl-C (or SIGTERM) while the file is scrubbed or vacuumed: the threads are deleted
+    already, so the line says that and what did not finish, never "rolled back"; running
+    the same command again finishes it."""
+    from volumetool import lifecycle
+
+    path, agent = conversation(tmp_path)
+    agent.conn.close()
+    vacuum = lifecycle.vacuum
+
+    def interrupted(volume):
+        raise KeyboardInterrupt  # as Ctrl-C during the VACUUM would
+
+    monkeypatch.setattr(lifecycle, "vacuum", interrupted)
+    args = {
+        "erase": ["--key", "telegram:ana", "--memories-prefix", "ana.", "--yes"],
+        "prune": ["--archived-before", "2100-01-01", "--vacuum"],
+    }[command]
+    if command == "prune":
+        monkeypatch.setattr(lifecycle, "check_before", lambda before: before)
+    result = run_cli(command, path, *args)
+    assert_clean_error(result, 130)
+    done = {
+        "erase": "erased 2 thread(s) under 'telegram:ana' (committed), but the file is not"
+        " scrubbed yet — run the same erase again to scrub",
+        "prune": "pruned 1 thread(s) (committed), but the search index or the vacuum did not"
+        " finish — run the same prune again",
+    }[command]
+    assert result.stderr.startswith(f"volumetool: {path}: interrupted; {done}"), result.stderr
+    assert "rolled back" not in result.stderr
+    status = "'archived'" if command == "prune" else "'active', 'archived'"
+    assert query(
+        path,
+        f"SELECT count(*) FROM sessions WHERE conversation_key = 'telegram:ana'"
+        f" AND status IN ({status})",
+    ) == [(0,)]
+    monkeypatch.setattr(lifecycle, "vacuum", vacuum)
+    again = run_cli(command, path, *args)
+    assert again.exit_code == (1 if command == "erase" else 0), again
+    if command == "erase":
+        assert holds(path, MARKER) == []

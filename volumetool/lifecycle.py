@@ -23,13 +23,21 @@ running the same erase again.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 
 from volumetool import audit
-from volumetool.errors import Busy, Damaged, ProblemsFound, UnusableInput, VolumetoolError
+from volumetool.errors import (
+    Busy,
+    Damaged,
+    Interrupted,
+    ProblemsFound,
+    UnusableInput,
+    VolumetoolError,
+)
 from volumetool.memories import prefix_range
 from volumetool.search import index
 from volumetool.timefmt import now_iso
@@ -54,9 +62,13 @@ class Deletion:
     # the event keeps it, so that `status`'s tokens.compaction_saved does not change.
     compaction_saved: int
     memories: int = 0
+    # erase: the keys given under which no thread was found (the others were erased)
+    absent_keys: tuple[str, ...] = field(default=(), compare=False)
 
     def counts(self) -> dict[str, int]:
-        return asdict(self)
+        counts = asdict(self)
+        del counts["absent_keys"]
+        return counts
 
     def thread_counts(self) -> dict[str, int]:
         """The counts without memories (a prune never deletes one)."""
@@ -83,14 +95,16 @@ def _choose(conn: sqlite3.Connection, sql: str, params: tuple) -> None:
     conn.execute(f"INSERT INTO {_DOOMED} (id) {sql}", params)
 
 
-def _memories_where(prefix: str | None) -> tuple[str, tuple]:
-    """Memories under `prefix` (none without one)."""
-    return prefix_range(prefix) if prefix is not None else ("0", ())
+def _memories_where(prefixes: Sequence[str]) -> tuple[str, tuple]:
+    """Memories under any of `prefixes` (none without one)."""
+    ranges = [prefix_range(prefix) for prefix in prefixes]
+    where = " OR ".join(f"({clause})" for clause, _ in ranges) or "0"
+    return where, tuple(param for _, params in ranges for param in params)
 
 
-def _count(conn: sqlite3.Connection, memories_prefix: str | None = None) -> Deletion:
+def _count(conn: sqlite3.Connection, memories_prefixes: Sequence[str] = ()) -> Deletion:
     counts = conn.execute(_COUNTS).fetchone()
-    where, params = _memories_where(memories_prefix)
+    where, params = _memories_where(memories_prefixes)
     memories = conn.execute(f"SELECT count(*) FROM memories WHERE {where}", params).fetchone()[0]
     return Deletion(*counts, memories=memories)
 
@@ -177,64 +191,101 @@ def prune(conn: sqlite3.Connection, before: str) -> Deletion:
 
 # -- erase ---------------------------------------------------------------------------------
 
-_UNDER_KEY = "SELECT id FROM sessions WHERE conversation_key = ?"
+
+def _under_keys(keys: Sequence[str]) -> tuple[str, tuple]:
+    marks = ", ".join("?" for _ in keys)
+    return f"SELECT id FROM sessions WHERE conversation_key IN ({marks})", tuple(keys)
+
+
+def keys_named(keys: Sequence[str], memories_prefixes: Sequence[str]) -> dict:
+    """What an erase names, in its audit event and its --json: `keys` and `memories_prefixes`,
+    and, when one key (and at most one prefix) was given, `key` and `memories_prefix` as
+    well, as before --key could be repeated."""
+    named: dict = {"keys": list(keys), "memories_prefixes": list(memories_prefixes)}
+    if len(keys) == 1 and len(memories_prefixes) <= 1:
+        named |= {"key": keys[0], "memories_prefix": next(iter(memories_prefixes), None)}
+    return named
+
+
+def _quoted(keys: Sequence[str]) -> str:
+    return ", ".join(repr(key) for key in keys)
 
 
 class NothingToErase(ProblemsFound):
-    """Exit 1: no thread under the key. `erased_at` names an earlier erase of it, if any."""
+    """Exit 1: no thread under the key(s). `erased_at` names the latest earlier erase of one of
+    them, if any."""
 
-    def __init__(self, key: str, erased_at: str | None) -> None:
-        where = f"; it was erased at {erased_at}" if erased_at else ""
+    def __init__(self, keys: Sequence[str], erased_at: str | None) -> None:
+        which = "it was" if len(keys) == 1 else "one of them was"
+        where = f"; {which} erased at {erased_at}" if erased_at else ""
         super().__init__(
-            f"no thread under key {key!r}{where}",
+            f"no thread under key {_quoted(keys)}{where}",
             "list threads with `volumetool sessions --status all --key GLOB`",
         )
         self.erased_at = erased_at
 
 
-def check_prefix(prefix: str | None) -> str | None:
-    if prefix == "":
+def check_prefixes(prefixes: Sequence[str]) -> tuple[str, ...]:
+    if "" in prefixes:
         raise UnusableInput(
             "--memories-prefix '' would erase every memory", "give the prefix of the keys"
         )
-    return prefix
+    return tuple(dict.fromkeys(prefixes))
 
 
-def _erased_at(conn: sqlite3.Connection, key: str) -> str | None:
+def _erased_at(conn: sqlite3.Connection, keys: Sequence[str]) -> str | None:
+    """The latest erase event naming one of `keys` (`key`, or `keys` since it repeats)."""
+    marks = ", ".join("?" for _ in keys)
     row = conn.execute(
         "SELECT max(ts) FROM audit WHERE event = 'erase' AND json_valid(detail)"
-        " AND json_extract(detail, '$.key') = ?",
-        (key,),
+        f" AND (json_extract(detail, '$.key') IN ({marks})"
+        "      OR EXISTS (SELECT 1 FROM json_each(detail, '$.keys')"
+        f"                 WHERE json_each.value IN ({marks})))",
+        (*keys, *keys),
     ).fetchone()
     return row[0]
 
 
-def plan_erase(conn: sqlite3.Connection, key: str, memories_prefix: str | None) -> Deletion:
-    """What `erase --key` would delete: every thread under `key`, active and archived, and
-    the memories under `memories_prefix`. NothingToErase when no thread is under the key."""
-    _choose(conn, _UNDER_KEY, (key,))
+def _absent(conn: sqlite3.Connection, keys: Sequence[str]) -> tuple[str, ...]:
+    return tuple(
+        key
+        for key in keys
+        if conn.execute(_under_keys([key])[0] + " LIMIT 1", (key,)).fetchone() is None
+    )
+
+
+def plan_erase(
+    conn: sqlite3.Connection, keys: Sequence[str], memories_prefixes: Sequence[str]
+) -> Deletion:
+    """What `erase --key …` would delete: every thread under each of `keys`, active and
+    archived, and the memories under each of `memories_prefixes`; the keys with no thread are
+    `absent_keys`. NothingToErase when no thread is under any of the keys."""
+    keys = tuple(dict.fromkeys(keys))
+    _choose(conn, *_under_keys(keys))
     try:
-        planned = _count(conn, memories_prefix)
+        planned = _count(conn, memories_prefixes)
     finally:
         conn.execute(f"DROP TABLE IF EXISTS {_DOOMED}")
     if not planned.threads:
-        raise NothingToErase(key, _erased_at(conn, key))
-    return planned
+        raise NothingToErase(keys, _erased_at(conn, keys))
+    return Deletion(**planned.counts(), absent_keys=_absent(conn, keys))
 
 
-def erase_rows(conn: sqlite3.Connection, key: str, memories_prefix: str | None) -> Deletion:
-    """Delete every thread under `key` and the memories under `memories_prefix`, with one
+def erase_rows(
+    conn: sqlite3.Connection, keys: Sequence[str], memories_prefixes: Sequence[str]
+) -> Deletion:
+    """Delete every thread under `keys` and the memories under `memories_prefixes`, with one
     audit `erase` event that names them and counts what went, never what it said. Call in
     one write transaction, with secure_delete on."""
-    done = plan_erase(conn, key, memories_prefix)
-    _choose(conn, _UNDER_KEY, (key,))
+    done = plan_erase(conn, keys, memories_prefixes)
+    _choose(conn, *_under_keys(keys))
     _delete_threads(conn)
-    where, params = _memories_where(memories_prefix)
+    where, params = _memories_where(memories_prefixes)
     conn.execute(f"DELETE FROM memories WHERE {where}", params)
     audit.record(
         conn,
         "erase",
-        {"action": "erase", "key": key, "memories_prefix": memories_prefix, **done.counts()},
+        {"action": "erase", **keys_named(keys, memories_prefixes), **done.counts()},
     )
     return done
 
@@ -298,42 +349,51 @@ def scrub(volume: Volume) -> None:
 
 def erase(
     volume: Volume,
-    key: str,
-    memories_prefix: str | None,
+    keys: Sequence[str],
+    memories_prefixes: Sequence[str],
     confirm: Callable[[Deletion], None] = lambda planned: None,
 ) -> Deletion:
     """The whole erase on a volume opened for writing (with the volume lock): plan, `confirm`
     (which raises to stop), delete in one transaction, scrub. Erasing a key again after an
-    erase whose scrub did not finish (killed, a busy WAL) scrubs again, then says there was
-    nothing to erase."""
+    erase whose scrub did not finish (killed, interrupted, a busy WAL) scrubs again, then says
+    there was nothing to erase."""
     volume.conn.execute("PRAGMA secure_delete = ON")
     volume.conn.execute("PRAGMA journal_size_limit = 0")  # a persistent journal keeps no pages
     try:
         with volume.snapshot() as conn:
-            planned = plan_erase(conn, key, memories_prefix)
+            planned = plan_erase(conn, keys, memories_prefixes)
     except NothingToErase as nothing:
         if nothing.erased_at:
             scrub(volume)
         raise
     confirm(planned)
     with volume.write() as conn:
-        done = erase_rows(conn, key, memories_prefix)
-    try:
+        done = erase_rows(conn, keys, memories_prefixes)
+    with _after_commit(
+        volume,
+        f"erased {done.threads} thread(s) under {_quoted(keys)}",
+        "the file is not scrubbed yet",
+        "run the same erase again to scrub (the erased text may remain in free space or"
+        " the WAL until then)",
+    ):
         scrub(volume)
-    except VolumetoolError as exc:
-        raise _after_commit(
-            exc,
-            f"erased {done.threads} thread(s) under {key!r}, but the file is not scrubbed yet",
-            "run the same erase again to scrub (the erased text may remain in free space or"
-            " the WAL until then)",
-        ) from exc
     return done
 
 
-def _after_commit(exc: VolumetoolError, done: str, hint: str) -> VolumetoolError:
-    """An error met after a commit, saying what was done: busy stays busy (retry later)."""
-    kind = Busy if isinstance(exc, Busy) else ProblemsFound
-    return kind(f"{done}: {exc.message}", hint)
+@contextlib.contextmanager
+def _after_commit(volume: Volume, done: str, undone: str, hint: str) -> Iterator[None]:
+    """What comes after a commit (a scrub, a vacuum): an error or an interrupt there says what
+    is committed and what did not finish, never "rolled back". Busy stays busy (retry
+    later)."""
+    try:
+        yield
+    except VolumetoolError as exc:
+        kind = Busy if isinstance(exc, Busy) else ProblemsFound
+        raise kind(f"{done}, but {undone}: {exc.message}", hint) from exc
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"{volume.path}: interrupted; {done} (committed), but {undone}", hint
+        ) from None
 
 
 def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:
@@ -344,15 +404,14 @@ def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:
     volume.conn.execute("PRAGMA secure_delete = ON")
     with volume.write() as conn:
         done = prune(conn, before)
-    try:
+    with _after_commit(
+        volume,
+        f"pruned {done.threads} thread(s)",
+        "the search index or the vacuum did not finish",
+        "run the same prune again",
+    ):
         if vacuum_after:
             scrub(volume)
         elif done.threads:
             index.tidy(volume)
-    except VolumetoolError as exc:
-        raise _after_commit(
-            exc,
-            f"pruned {done.threads} thread(s), but the search index or the vacuum did not finish",
-            "run the same prune again",
-        ) from exc
     return done

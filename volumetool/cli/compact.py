@@ -9,6 +9,7 @@ import time
 import click
 
 from volumetool.cli.options import (
+    Command,
     Finite,
     Seconds,
     busy_timeout_option,
@@ -72,7 +73,7 @@ def tuning_options(f):
     return f
 
 
-@click.command(short_help="Summarize long threads, by hand or from cron.")
+@click.command(cls=Command, short_help="Summarize long threads, by hand or from cron.")
 @volumes_argument
 @click.option(
     "--config",

@@ -6,10 +6,10 @@ import time
 
 import click
 
-from volumetool.cli.options import say, volume_argument
+from volumetool.cli.options import Command, say, volume_argument
 
 
-@click.command(short_help="Create a new, empty agent file.")
+@click.command(cls=Command, short_help="Create a new, empty agent file.")
 @volume_argument
 @click.option("--name", default="agent", show_default=True, help="The agent's name (identity).")
 def init(volume: str, name: str) -> None:
@@ -30,7 +30,7 @@ def init(volume: str, name: str) -> None:
     say(f"created {path}")
 
 
-@click.command(short_help="Write a realistic sample volume.")
+@click.command(cls=Command, short_help="Write a realistic sample volume.")
 @volume_argument
 @click.option(
     "--sessions",

@@ -12,6 +12,7 @@ from volumetool.cli import terminal
 from volumetool.cli.options import (
     AFTER_VOLUME,
     ROW_ID,
+    Command,
     busy_timeout_option,
     emit,
     format_given,
@@ -34,7 +35,7 @@ def _open(volume: str, busy_timeout: float):
     return Volume(volume, readonly=True, busy_timeout=busy_timeout)
 
 
-@click.command(short_help="/status totals; one row per volume for many.")
+@click.command(cls=Command, short_help="/status totals; one row per volume for many.")
 @volumes_argument
 @click.option(
     "--config",
@@ -176,7 +177,7 @@ def _status_of_many(selected, memory, prometheus, output, tablefmt, limit, busy_
     sys.exit(worst_exit_code(v.exit_code for v in read))
 
 
-@click.command()
+@click.command(cls=Command)
 @volume_argument
 @click.option("--key", "key_glob", metavar="GLOB", help="Conversation keys matching a glob.")
 @click.option("--channel", metavar="C", help="Only threads on this channel.")
@@ -244,7 +245,7 @@ def sessions(
         emit(rows, columns, output, tablefmt, limit, "threads")
 
 
-@click.command(short_help="The replayed transcript of a thread.")
+@click.command(cls=Command, short_help="The replayed transcript of a thread.")
 @volume_argument
 @click.argument("key", type=AFTER_VOLUME)
 @click.option(
@@ -353,7 +354,7 @@ def _show_conversation(rows, view, key, color, no_pager, full_args, max_chars) -
     terminal.show(text, page=tty and not no_pager)
 
 
-@click.command()
+@click.command(cls=Command)
 @volume_argument
 @click.option("--key", metavar="K", help="Runs of the threads under this conversation key.")
 @click.option("--trigger", metavar="T", help="message, webhook, schedule, manual, compaction…")
@@ -375,7 +376,7 @@ def runs(volume, key, trigger, status, since, output, tablefmt, limit, busy_time
     _list(volume, busy_timeout, rows_of, filters, output, tablefmt, limit)
 
 
-@click.command()
+@click.command(cls=Command)
 @volume_argument
 @click.option("--event", metavar="E", help="permission, memory, compaction, thread…")
 @click.option("--action", metavar="A", help="The detail's action (remember, forget, failed…).")

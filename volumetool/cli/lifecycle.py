@@ -9,6 +9,7 @@ import click
 
 from volumetool.cli.options import (
     AFTER_VOLUME,
+    Command,
     ask,
     busy_timeout_option,
     emit,
@@ -22,7 +23,7 @@ from volumetool.cli.options import (
 )
 
 
-@click.command(short_help="Full-text search of messages, summaries and memories.")
+@click.command(cls=Command, short_help="Full-text search of messages, summaries and memories.")
 @volume_argument
 @click.argument("query", type=AFTER_VOLUME, callback=utf8_text)
 @click.option(
@@ -115,7 +116,7 @@ def _deletion_line(verb: str, threads: str, done, memories: str = "") -> str:
     )
 
 
-@click.command(short_help="Delete archived threads older than the retention period.")
+@click.command(cls=Command, short_help="Delete archived threads older than the retention period.")
 @volume_argument
 @click.option(
     "--archived-before",
@@ -170,48 +171,58 @@ def prune(volume, before, dry_run, vacuum, as_json, wait, busy_timeout) -> None:
     say(_deletion_line(verb, f"archived thread(s) last updated before {before}", done) + extra)
 
 
-@click.command(short_help="Erase every thread under a key: the right to be forgotten.")
+@click.command(cls=Command, short_help="Erase every thread under a key: the right to be forgotten.")
 @volume_argument
 @click.option(
-    "--key", required=True, metavar="KEY", callback=utf8_text, help="The conversation key (exact)."
+    "--key",
+    "keys",
+    required=True,
+    multiple=True,
+    metavar="KEY",
+    callback=utf8_text,
+    help="The conversation key (exact); repeat it to erase several in one transaction.",
 )
 @click.option(
     "--memories-prefix",
+    "memories_prefixes",
+    multiple=True,
     metavar="P",
     callback=utf8_text,
-    help="Also erase the memories whose key starts with P.",
+    help="Also erase the memories whose key starts with P; may be repeated.",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would go; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="What went (or would go) as JSON.")
 @wait_option
 @busy_timeout_option
-def erase(volume, key, memories_prefix, dry_run, yes, as_json, wait, busy_timeout) -> None:
+def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_timeout) -> None:
     """Erase every thread under KEY, active and archived, with its messages, its summary and
     the summaries its compactions kept, and with --memories-prefix the memories under P, so
     that their text is gone from the file's bytes: deleted with secure_delete, the search
-    index merged, the file rewritten (VACUUM) and its WAL emptied. Runs and audit events
-    stay, detached; one audit `erase` event names the key and counts what went, never what
-    it said. Asks first unless --yes (no answer: nothing is erased). Exit 1 when no thread
-    is under KEY.
+    index merged, the file rewritten (VACUUM) and its WAL emptied. --key and
+    --memories-prefix may be repeated: everything named is erased in one transaction. Runs
+    and audit events stay, detached; one audit `erase` event names the keys and counts what
+    went, never what it said. Asks first unless --yes (no answer: nothing is erased). Exit 1
+    when no thread is under a KEY (those under the others are erased).
 
     \b
     Example:
       volumetool erase ./vol --key 'telegram:5531918843' --memories-prefix 'ana.' --dry-run
-      volumetool erase ./vol --key 'telegram:5531918843' --memories-prefix 'ana.' --yes
+      volumetool erase ./vol --key 'telegram:5531918843' --key 'discord:88' --yes
     """
-    from volumetool.lifecycle import check_prefix, plan_erase
+    from volumetool.errors import ProblemsFound
+    from volumetool.lifecycle import check_prefixes, keys_named, plan_erase
     from volumetool.lifecycle import erase as run
-    from volumetool.render import escape_control
     from volumetool.volume import Volume, open_for_write
 
-    memories_prefix = check_prefix(memories_prefix)
-    threads = f"thread(s) under {escape_control(repr(key))}"
+    keys = tuple(dict.fromkeys(keys))
+    memories_prefixes = check_prefixes(memories_prefixes)
+    threads = f"thread(s) under {_quoted(keys)}"
 
     def memories(done) -> str:
-        if memories_prefix is None:
+        if not memories_prefixes:
             return ""
-        return f" and {done.memories:,} memory(ies) under {escape_control(repr(memories_prefix))}"
+        return f" and {done.memories:,} memory(ies) under {_quoted(memories_prefixes)}"
 
     def confirm(planned) -> None:
         if not yes:
@@ -223,13 +234,25 @@ def erase(volume, key, memories_prefix, dry_run, yes, as_json, wait, busy_timeou
             Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol,
             vol.snapshot() as conn,
         ):
-            done = plan_erase(conn, key, memories_prefix)
+            done = plan_erase(conn, keys, memories_prefixes)
     else:
         with open_for_write(volume, busy_timeout=busy_timeout, lock=True, wait=wait) as vol:
-            done = run(vol, key, memories_prefix, confirm)
+            done = run(vol, keys, memories_prefixes, confirm)
     if as_json:
-        document = {"key": key, "memories_prefix": memories_prefix, "dry_run": dry_run}
+        document = keys_named(keys, memories_prefixes) | {"dry_run": dry_run}
+        document |= {"absent_keys": list(done.absent_keys)} if len(keys) > 1 else {}
         click.echo(json.dumps(document | done.counts(), indent=2, ensure_ascii=False))
     verb = "would erase" if dry_run else "erased"
     line = _deletion_line(verb, threads, done, memories(done))
     say(line + ("" if dry_run else "; the file is scrubbed"))
+    if done.absent_keys:
+        raise ProblemsFound(
+            f"no thread under key {_quoted(done.absent_keys)}",
+            "list threads with `volumetool sessions --status all --key GLOB`",
+        )
+
+
+def _quoted(texts) -> str:
+    from volumetool.render import escape_control
+
+    return ", ".join(escape_control(repr(text)) for text in texts)

@@ -8,6 +8,7 @@ import click
 
 from volumetool.cli.options import (
     AFTER_VOLUME,
+    Command,
     VolumeByVolume,
     busy_timeout_option,
     emit,
@@ -22,7 +23,7 @@ from volumetool.cli.options import (
 )
 
 
-@click.command(short_help="Bring agent files to the current format (0.x too).")
+@click.command(cls=Command, short_help="Bring agent files to the current format (0.x too).")
 @volumes_argument
 @click.option(
     "--list",
@@ -124,7 +125,7 @@ def _report(result, check_: bool, dry_run: bool, no_backup: bool) -> str:
     return "migrated"
 
 
-@click.command(short_help="A consistent copy of a live agent file.")
+@click.command(cls=Command, short_help="A consistent copy of a live agent file.")
 @volume_argument
 @click.argument("dest", type=AFTER_VOLUME, metavar="DEST|-")
 @busy_timeout_option
@@ -161,7 +162,7 @@ def backup(volume, dest, busy_timeout) -> None:
     say(f"backed up {vol.path} to {where}")
 
 
-@click.command(short_help="Check integrity and consistency.")
+@click.command(cls=Command, short_help="Check integrity and consistency.")
 @volumes_argument
 @click.option("--json", "as_json", is_flag=True, help="Problems as one JSON array.")
 @shard_option

@@ -8,6 +8,7 @@ import click
 
 from volumetool.cli.options import (
     AFTER_VOLUME,
+    Group,
     WholeWrites,
     busy_timeout_option,
     emit,
@@ -17,7 +18,7 @@ from volumetool.cli.options import (
 )
 
 
-@click.group()
+@click.group(cls=Group)
 def memories() -> None:
     """The agent's persistent memories (key → fact).
 

@@ -21,6 +21,47 @@ MAX_LIMIT = 1_000_000_000  # rows a listing shows; 0 shows all
 MAX_SECONDS = 86_400.0  # a day: the longest wait for a lock that still makes sense
 
 
+class _OnceEach:
+    """The parsing every volumetool command shares: an option that takes one value, given twice,
+    is a usage error naming it (exit 2), never the last one winning (SPEC 13). Options meant to
+    repeat say so (`multiple=True`: erase's --key); a flag given twice is still that flag."""
+
+    def make_parser(self, ctx: click.Context):
+        parser = super().make_parser(ctx)  # type: ignore[misc]
+        parse = parser.parse_args
+
+        def parse_args(args: list[str]):
+            opts, rest, order = parse(args)
+            if not ctx.resilient_parsing:  # shell completion
+                _given_once(order, ctx)
+            return opts, rest, order
+
+        parser.parse_args = parse_args
+        return parser
+
+
+def _given_once(order: Sequence[click.Parameter], ctx: click.Context) -> None:
+    seen: set[click.Parameter] = set()
+    for param in order:
+        single = isinstance(param, click.Option) and not (
+            param.is_flag or param.multiple or param.count
+        )
+        if single and param in seen:
+            raise click.UsageError(f"{'/'.join(param.opts)} given twice; it takes one value", ctx)
+        seen.add(param)
+
+
+class Command(_OnceEach, click.Command):
+    """Every volumetool command: `@click.command(cls=Command)`."""
+
+
+class Group(_OnceEach, click.Group):
+    """Every group of commands below the top (memories, thread, config)."""
+
+    command_class = Command
+    group_class = type  # a group in it is a Group too
+
+
 class Finite(click.FloatRange):
     """A number in a range; `nan` and `inf` are usage errors (nan passes every comparison)."""
 
@@ -208,14 +249,18 @@ class WholeWrites:
         self.stream.flush()
 
 
-def utf8_text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A callback for a text argument (a word, key or prefix): a shell hands bytes that are not
-    UTF-8 over as lone surrogates, which no text in a volume holds, so they are a usage error
-    naming the argument (not an encoding error deep in SQLite)."""
+def utf8_text(ctx: click.Context, param: click.Parameter, value):
+    """A callback for a text argument (a word, key or prefix; or each of a repeated option's):
+    a shell hands bytes that are not UTF-8 over as lone surrogates, which no text in a volume
+    holds, so they are a usage error naming the argument (not an encoding error deep in
+    SQLite)."""
     from volumetool.render import SURROGATES, escape_control
 
-    if value is not None and re.search(f"[{SURROGATES}]", value):
-        raise click.BadParameter(f"'{escape_control(value[:60])}' holds bytes that are not UTF-8")
+    for text in value if isinstance(value, tuple) else [value]:
+        if text is not None and re.search(f"[{SURROGATES}]", text):
+            raise click.BadParameter(
+                f"'{escape_control(text[:60])}' holds bytes that are not UTF-8"
+            )
     return value
 
 

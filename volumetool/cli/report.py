@@ -7,6 +7,7 @@ import sys
 import click
 
 from volumetool.cli.options import (
+    Command,
     busy_timeout_option,
     say,
     shard_option,
@@ -17,7 +18,7 @@ from volumetool.cli.options import (
 MAX_DAYS = 366
 
 
-@click.command(short_help="One self-contained HTML page with charts.")
+@click.command(cls=Command, short_help="One self-contained HTML page with charts.")
 @volumes_argument
 @click.option(
     "-o",

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import click
 
-from volumetool.cli.options import AFTER_VOLUME, ask, busy_timeout_option, say, volume_argument
+from volumetool.cli.options import (
+    AFTER_VOLUME,
+    Group,
+    ask,
+    busy_timeout_option,
+    say,
+    volume_argument,
+)
 
 
-@click.group(short_help="/new, /reset and undoing a compaction.")
+@click.group(cls=Group, short_help="/new, /reset and undoing a compaction.")
 def thread() -> None:
     """End a conversation (/new archives it, /reset deletes its transcript), or take back its
     latest compaction (undo).

@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from volumetool.cli.options import say
+from volumetool.cli.options import Command, Group, say
 from volumetool.render import render_document
 
 
-@click.command(short_help="Check the memory: and model: blocks of agent configs.")
+@click.command(cls=Command, short_help="Check the memory: and model: blocks of agent configs.")
 @click.argument("paths", nargs=-1, metavar="PATH...")
 @click.option(
     "--format",
@@ -84,7 +84,7 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, only_agent_configs, 
     sys.exit(report.exit_code)
 
 
-@click.group()
+@click.group(cls=Group)
 def config() -> None:
     """Agent config files.
 
