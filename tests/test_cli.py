@@ -493,3 +493,64 @@ def test_an_exit_that_is_not_a_number_or_a_live_thread_takes_the_interpreters_wa
     finally:
         release.set()
         worker.join()
+
+
+SWAPPED = [
+    ["transcript", "KEY", "VOL"],
+    ["thread", "new", "KEY", "VOL"],
+    ["thread", "reset", "KEY", "VOL", "--yes"],
+    ["thread", "undo", "KEY", "VOL", "--yes"],
+    ["memories", "get", "KEY", "VOL"],
+    ["memories", "remember", "KEY", "VOL", "a fact"],
+    ["memories", "remember", "KEY", "a fact", "VOL"],
+    ["memories", "forget", "KEY", "VOL"],
+    ["search", "refund", "VOL"],
+    ["backup", "copy.db", "VOL"],
+]
+
+
+@pytest.mark.parametrize("args", SWAPPED, ids=" ".join)
+def test_volume_given_after_another_argument_is_advice_that_volume_comes_first(
+    tmp_path, run_cli, monkeypatch, args
+):
+    """`transcript KEY ./vol` must not advise `volumetool init`, which would make a file named
+    after the key: the advice is that VOLUME comes first."""
+    from tests.conftest import assert_clean_error
+
+    w = VolumeWriter(tmp_path / "vol" / "agent.db")
+    w.message(w.thread("discord:1"), "user", "hello")
+    w.close()
+    monkeypatch.chdir(tmp_path)
+    before = table_dump(w.path)
+    result = run_cli(*[{"KEY": "discord:1", "VOL": "vol"}.get(a, a) for a in args])
+    assert_clean_error(result, 2, "VOLUME comes first", "is not an agent file, 'vol' is")
+    assert "init" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vol"]
+    assert table_dump(w.path) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["transcript", "VOL", "KEY"],
+        ["thread", "new", "VOL", "KEY"],
+        ["thread", "undo", "VOL", "KEY", "--yes"],
+        ["memories", "get", "VOL", "KEY"],
+        ["memories", "remember", "VOL", "KEY", "a fact"],
+        ["memories", "remember", "VOL", "ok", "KEY"],
+        ["memories", "forget", "VOL", "KEY"],
+    ],
+    ids=" ".join,
+)
+def test_a_key_whose_bytes_are_not_utf8_is_called_a_key_not_a_path(tmp_path, run_cli, args):
+    from tests.conftest import assert_clean_error
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    w.message(w.thread("discord:1"), "user", "hello")
+    w.close()
+    before = table_dump(w.path)
+    result = run_cli(*[{"KEY": "discord:\udcff", "VOL": w.path}.get(a, a) for a in args])
+    named = "VALUE" if args[-1] == "KEY" and args[1] == "remember" and args[3] == "ok" else "KEY"
+    assert_clean_error(result, 2, f"'{named}'", "not UTF-8")
+    assert "path" not in result.stderr
+    assert table_dump(w.path) == before

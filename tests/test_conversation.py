@@ -907,3 +907,16 @@ def test_the_readme_shows_a_screen_the_tour_really_prints(demo_volume, run_cli):
     ).stdout
     assert len(shown.splitlines()) >= 20
     assert printed.startswith(shown), "regenerate the README's screen from the demo"
+
+
+@pytest.mark.parametrize("pager", ["nonexistent", "nonexistent -R", "sh -c 'exit 127'"])
+def test_a_pager_that_cannot_start_shows_the_text_unpaged_with_a_warning(capfd, monkeypatch, pager):
+    """`VOLUMETOOL_PAGER=lss`: the text, unpaged, and one line on stderr; never nothing."""
+    monkeypatch.setenv("LINES", "5")
+    monkeypatch.setenv("COLUMNS", "80")
+    text = "".join(f"line {n}\n" for n in range(50))
+    terminal.show(text, page=True, env={"VOLUMETOOL_PAGER": pager})
+    out, err = capfd.readouterr()
+    assert out == text
+    [line] = err.splitlines()
+    assert line.startswith("volumetool: warning: the pager") and "unpaged" in line, line

@@ -74,6 +74,16 @@ def resolve(argument: str | os.PathLike | None) -> Path:
     return path / DB_NAME if is_directory else path
 
 
+def is_sqlite_file(argument: str) -> bool:
+    """Whether an argument names an SQLite file (or a directory holding agent.db): the test of
+    which argument of a command line is the VOLUME, when the first is not."""
+    try:
+        with resolve(argument).open("rb") as handle:
+            return handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_new(argument: str | os.PathLike | None) -> Path:
     """Like `resolve`, for a file about to be created: a trailing slash also means a directory."""
     given = _given(argument)

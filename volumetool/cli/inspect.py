@@ -10,12 +10,12 @@ from click.core import ParameterSource
 
 from volumetool.cli import terminal
 from volumetool.cli.options import (
-    AFTER_VOLUME,
     ROW_ID,
     Command,
     busy_timeout_option,
     emit,
     format_given,
+    key_argument,
     note_cut,
     output_options,
     parse_since,
@@ -247,7 +247,7 @@ def sessions(
 
 @click.command(cls=Command, short_help="The replayed transcript of a thread.")
 @volume_argument
-@click.argument("key", type=AFTER_VOLUME)
+@key_argument
 @click.option(
     "--session",
     "session_id",

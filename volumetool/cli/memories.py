@@ -12,8 +12,10 @@ from volumetool.cli.options import (
     WholeWrites,
     busy_timeout_option,
     emit,
+    key_argument,
     output_options,
     say,
+    utf8_text,
     volume_argument,
 )
 
@@ -51,7 +53,7 @@ def list_(volume, prefix, output, tablefmt, limit, busy_timeout) -> None:
 
 @memories.command(short_help="Print one memory's raw value.")
 @volume_argument
-@click.argument("key", type=AFTER_VOLUME)
+@key_argument
 @busy_timeout_option
 def get(volume, key, busy_timeout) -> None:
     """Print the raw value of one memory (exit 1 when there is none); on a terminal, with
@@ -72,8 +74,8 @@ def get(volume, key, busy_timeout) -> None:
 
 @memories.command(name="remember", short_help="Save or update a memory (audited).")
 @volume_argument
-@click.argument("key", type=AFTER_VOLUME)
-@click.argument("value", type=AFTER_VOLUME)
+@key_argument
+@click.argument("value", type=AFTER_VOLUME, callback=utf8_text)
 @busy_timeout_option
 def remember_(volume, key, value, busy_timeout) -> None:
     """Save or update a memory, with its audit event (actor volumetool), as the agent's own
@@ -95,7 +97,7 @@ def remember_(volume, key, value, busy_timeout) -> None:
 
 @memories.command(name="forget", short_help="Delete a memory (audited).")
 @volume_argument
-@click.argument("key", type=AFTER_VOLUME)
+@key_argument
 @busy_timeout_option
 def forget_(volume, key, busy_timeout) -> None:
     """Delete a memory, with its audit event (exit 1 when there is none).

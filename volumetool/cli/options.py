@@ -24,7 +24,14 @@ MAX_SECONDS = 86_400.0  # a day: the longest wait for a lock that still makes se
 class _OnceEach:
     """The parsing every volumetool command shares: an option that takes one value, given twice,
     is a usage error naming it (exit 2), never the last one winning (SPEC 13). Options meant to
-    repeat say so (`multiple=True`: erase's --key); a flag given twice is still that flag."""
+    repeat say so (`multiple=True`: erase's --key); a flag given twice is still that flag.
+    And VOLUME swapped with a later argument is a usage error saying VOLUME comes first."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)  # type: ignore[misc]
+        if not ctx.resilient_parsing:
+            _volume_first(self, ctx)  # type: ignore[arg-type]
+        return rest
 
     def make_parser(self, ctx: click.Context):
         parser = super().make_parser(ctx)  # type: ignore[misc]
@@ -49,6 +56,30 @@ def _given_once(order: Sequence[click.Parameter], ctx: click.Context) -> None:
         if single and param in seen:
             raise click.UsageError(f"{'/'.join(param.opts)} given twice; it takes one value", ctx)
         seen.add(param)
+
+
+def _volume_first(command: click.Command, ctx: click.Context) -> None:
+    """`transcript KEY ./vol`: the advice "no such file — create one with init" would make a
+    file named after the key. When VOLUME is no SQLite file and a later argument is one, the
+    arguments were swapped."""
+    volume = ctx.params.get("volume")
+    if not isinstance(volume, str) or not volume:
+        return
+    from volumetool.render import escape_control
+    from volumetool.volume import is_sqlite_file
+
+    later = [
+        ctx.params.get(param.name)
+        for param in command.params
+        if isinstance(param, click.Argument) and param.name != "volume"
+    ]
+    found = next((v for v in later if isinstance(v, str) and v and is_sqlite_file(v)), None)
+    if found is not None and not is_sqlite_file(volume):
+        raise click.UsageError(
+            f"VOLUME comes first: '{escape_control(volume)}' is not an agent file, "
+            f"'{escape_control(found)}' is",
+            ctx,
+        )
 
 
 class Command(_OnceEach, click.Command):
@@ -130,6 +161,12 @@ class _AfterVolume(click.ParamType):
 
 
 AFTER_VOLUME = _AfterVolume()
+
+
+def key_argument(f: Callable) -> Callable:
+    """KEY, after VOLUME: a conversation or memory key (text: bytes that are not UTF-8 are a
+    usage error naming KEY)."""
+    return click.argument("key", type=AFTER_VOLUME, callback=utf8_text)(f)
 
 
 def volume_argument(f: Callable) -> Callable:

@@ -86,13 +86,47 @@ def show(text: str, page: bool, env: Mapping[str, str] = os.environ) -> None:
     command = pager_command(env) if page else None
     size = screen_size()
     if command is None or screen_rows(text, size.columns) < size.lines:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    _run_pager(command, text, env)
+        _write(text)
+    elif _program_missing(command):
+        _unpaged(command, "not found", text)
+    else:
+        status = _run_pager(command, text, env)
+        if status in _COULD_NOT_START:
+            _unpaged(command, f"exit status {status}", text)
 
 
-def _run_pager(command: str, text: str, env: Mapping[str, str]) -> None:
+# What the shell returns when the pager's program cannot run (not executable, not found).
+_COULD_NOT_START = (126, 127)
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _program_missing(command: str) -> bool:
+    """Whether the pager command's program is nowhere on $PATH (`VOLUMETOOL_PAGER=lss`)."""
+    import shlex
+
+    try:
+        program = shlex.split(command)[0]
+    except (ValueError, IndexError):
+        return False  # the shell will say what it makes of it
+    return "=" not in program and shutil.which(program) is None
+
+
+def _unpaged(command: str, why: str, text: str) -> None:
+    """A pager that cannot start: the text unpaged, and one line on stderr saying so."""
+    click.echo(
+        f"volumetool: warning: the pager {escape_control(command)!r} could not start ({why});"
+        " the text follows unpaged (set VOLUMETOOL_PAGER, or pass --no-pager)",
+        err=True,
+    )
+    _write(text)
+
+
+def _run_pager(command: str, text: str, env: Mapping[str, str]) -> int:
+    """The pager's exit status, once it has ended."""
     import subprocess
 
     pager_env = {"LESS": "FRX", "LV": "-c", **env}
@@ -113,7 +147,7 @@ def _run_pager(command: str, text: str, env: Mapping[str, str]) -> None:
             pager.stdin.write(text)
         with contextlib.suppress(BrokenPipeError):
             pager.stdin.close()
-        pager.wait()
+        return pager.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
 

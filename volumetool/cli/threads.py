@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from volumetool.cli.options import (
-    AFTER_VOLUME,
     Group,
     ask,
     busy_timeout_option,
+    key_argument,
     say,
     volume_argument,
 )
@@ -28,7 +28,7 @@ def thread() -> None:
 
 @thread.command()
 @volume_argument
-@click.argument("key", type=AFTER_VOLUME)
+@key_argument
 @busy_timeout_option
 def new(volume, key, busy_timeout) -> None:
     """/new: archive the active thread under KEY and start an empty one under the same key.
@@ -54,7 +54,7 @@ def asks_first(f):
     for decorator in reversed(
         [
             volume_argument,
-            click.argument("key", type=AFTER_VOLUME),
+            key_argument,
             click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
             busy_timeout_option,
         ]
