@@ -525,9 +525,11 @@ def test_metrics_file_records_the_run_atomically_for_the_textfile_collector(
     assert found["volumetool_compact_threads", (("status", "failed"),)] == 0
     assert found["volumetool_compact_model_input_tokens", ()] == 2 * server.usage["input"]
     assert found["volumetool_compact_model_output_tokens", ()] == 2 * server.usage["output"]
-    assert 0 < found["volumetool_compact_duration_seconds", ()] < 60
+    after = time.time()
+    # the run's own duration: no more than the wall time around it, however loaded the host
+    assert 0 < found["volumetool_compact_duration_seconds", ()] <= after - before
     success = found["volumetool_compact_last_success_timestamp_seconds", ()]
-    assert before - 1 <= success <= time.time() + 1
+    assert before - 1 <= success <= after + 1
     assert [p.name for p in textfile.iterdir()] == [target.name]  # no temporary file left
     assert target.stat().st_mode & 0o777 == 0o644  # node_exporter runs as another user
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-import time
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -394,15 +395,52 @@ def test_a_long_text_and_a_fenced_listing_add_no_facts_but_a_fenced_command_does
     assert [f.text for f in found] == ["airflow dags backfill daily_etl -s 2026-11-28"]
 
 
+class _OverBudget(Exception):
+    """More calls than the cost allowed."""
+
+
+def calls_made(work: Callable[[], object], budget: int) -> int:
+    """How many functions (Python and C: each pattern search or match among them) `work`
+    calls, as the profiler counts them; _OverBudget past `budget`, so that work gone quadratic
+    fails at once. A count of operations, which a loaded machine does not change (SPEC 9)."""
+    count = 0
+
+    def profile(frame, event, arg) -> None:
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+            if count > budget:
+                raise _OverBudget(f"more than {budget:,} calls")
+
+    sys.setprofile(profile)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
 def test_a_blob_adds_no_facts_and_a_long_run_costs_linear_time():
     blob = "data:image/png;base64," + "iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB" * 40
     assert facts(f"Logo: {blob} for ticket OPS-4471.") == ["OPS-4471"]
-    runs = ["a." * 50_000, "a/" * 50_000, "a_" * 50_000, "+1 " * 30_000, "1:2:" * 25_000]
-    started = time.perf_counter()
-    for run in runs:
-        facts_of_fold(run, [])
-        retention_of(extract_facts(["Order 4471."]), run)
-    assert time.perf_counter() - started < 10  # each is quadratic without the blob rule: minutes
+
+    def work(run: str) -> Callable[[], object]:
+        return lambda: (
+            facts_of_fold(run, []),
+            retention_of(extract_facts(["Order 4471."]), run),
+        )
+
+    # A run without a break is a blob, skipped whole: its cost does not grow with it. Without
+    # the blob rule, every position of `a.a.a…` is tried, each reading to the run's end again:
+    # seven calls a character, and minutes of quadratic time.
+    for unit in ("a.", "a/", "a_"):
+        calls_made(work(unit * 100), budget=10**6)  # compiled patterns and caches warm
+        assert calls_made(work(unit * 50_000), budget=2_000) < 2_000
+    # A run dense with candidate facts costs calls in proportion to its length.
+    for unit, n in (("+1 ", 2_500), ("1:2:", 2_000)):
+        calls_made(work(unit * 100), budget=10**6)
+        short = calls_made(work(unit * n), budget=20 * n * len(unit))
+        assert calls_made(work(unit * 4 * n), budget=4 * short + 1_000) <= 4 * short + 1_000
 
 
 def test_the_previous_summary_counts_whatever_its_length():
