@@ -61,7 +61,10 @@ CREATE TABLE audit (
 
 -- What each successful compaction run wrote (SPEC section 10): its summary (NULL: unknown, for
 -- runs older than this table or written by the agent itself), the tokens it saved, how much of
--- the fold's hard facts it kept, and when it was undone (its messages are live again).
+-- the fold's hard facts it kept, when it was undone (its messages are live again), and the
+-- summary it replaced, which undo restores: `replaced_kept` is 1 when `replaced_summary` holds
+-- it (NULL: the thread had none), 0 for rows from before m007 (the summary before is then
+-- that of the compaction before, when known).
 CREATE TABLE compactions (
   run_id INTEGER PRIMARY KEY REFERENCES runs (id),
   session_id INTEGER NOT NULL REFERENCES sessions (id),
@@ -70,7 +73,7 @@ CREATE TABLE compactions (
   retention REAL,
   missing_facts TEXT,
   undone_at TEXT
-);
+, replaced_summary TEXT, replaced_kept INTEGER NOT NULL DEFAULT 0);
 
 -- Persistent memory: key -> fact.
 CREATE TABLE memories (key TEXT PRIMARY KEY, value TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);

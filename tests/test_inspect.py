@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import assert_clean_error
 from tests.support.tsv import read_tsv
 from tests.support.volumes import VolumeWriter
+from volumetool.format import MIGRATIONS
 
 
 @pytest.fixture
@@ -87,7 +88,7 @@ def test_status_json_counts_match_what_was_written(volume, run_cli):
         "by_event": {"compaction": 1, "memory": 2, "permission": 1, "thread": 1},
     }
     assert totals["schema"]["pending"] == [] and totals["schema"]["newer"] == []
-    assert totals["schema"]["version"] == "m006_compaction_history"
+    assert totals["schema"]["version"] == MIGRATIONS[-1]
     assert totals["file_bytes"] == volume["path"].stat().st_size
     assert totals["last_activity"].startswith("2026-11-01T")
     assert set(totals) == {

@@ -174,6 +174,43 @@ def test_undo_of_the_agents_only_compaction_restores_no_summary(tmp_path):
     ]
 
 
+@pytest.mark.parametrize("before", ["the agent compacted", "a summary with no run behind it"])
+def test_undo_restores_the_summary_volumetool_replaced_whoever_wrote_it(
+    server, tmp_path, run_cli, before
+):
+    """The agent compacted by itself (a compaction run, no history row), or the thread has a
+    summary no compaction run stands behind: compact, then undo brings that summary back."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = w.thread("k", summary=f"Earlier: {before}, PR #17.")
+    if before == "the agent compacted":
+        run = w.run(session, trigger="compaction")
+        w.message(session, "user", "folded by the agent", folded_by=run)
+    w.close()
+    for n in range(5):
+        agent_turn(w.path, session, n)
+    earlier = state(w.path, session)
+    [outcome], _ = compact([str(w.path)], request(server))
+    assert outcome.status == "compacted", outcome
+    result = run_cli("thread", "undo", w.path, "k", "--yes")
+    assert result.exit_code == 0, result
+    assert "the summary" in result.stderr and "back" in result.stderr
+    assert state(w.path, session)[:2] == earlier[:2]
+
+
+def test_a_compaction_kept_before_m007_restores_the_summary_of_the_one_before(tmp_path):
+    """A history row from before the replaced summary was kept (replaced_kept 0): the summary
+    before is the earlier compaction's, as it always was."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = w.thread("k", summary="second summary")
+    first, second = (w.run(session, trigger="compaction") for _ in range(2))
+    for run, text in ((first, "first summary"), (second, "second summary")):
+        w.insert("compactions", run_id=run, session_id=session, summary=text)
+        w.message(session, "user", f"folded by {run}", folded_by=run)
+    w.close()
+    assert undo_in(w.path, "k").restored_summary == "first summary"
+    assert state(w.path, session)[1] == ("first summary",)
+
+
 def test_a_summary_changed_since_the_compaction_is_not_undone(server, tmp_path):
     w = VolumeWriter(tmp_path / "agent.db")
     session = due_thread(w, "k", turns=6)

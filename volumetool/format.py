@@ -29,6 +29,7 @@ MIGRATIONS = (
     "m004_audit_actor",
     "m005_listing_indexes",
     "m006_compaction_history",
+    "m007_compaction_replaced_summary",
 )
 
 
@@ -165,6 +166,8 @@ CURRENT_SCHEMA: Schema = {
             Column("retention", "REAL"),
             _text("missing_facts", notnull=False),
             _text("undone_at", notnull=False),
+            _text("replaced_summary", notnull=False),
+            Column("replaced_kept", "INTEGER", notnull=True, default="0"),
         ),
         (ForeignKey("run_id", "runs", "id"), ForeignKey("session_id", "sessions", "id")),
     ),

@@ -453,3 +453,14 @@ FROM runs r JOIN sessions s ON s.id = r.session_id
 WHERE r.trigger = 'compaction' AND r.status = 'ok'
 ORDER BY r.id"""
     )
+
+
+@migrations()
+def m007_compaction_replaced_summary(db) -> None:
+    """Keep with each compaction the summary it replaced, so that undo restores it whoever
+    wrote it — the agent compacting by itself, or a summary no compaction run stands behind
+    (SPEC section 10). `replaced_kept` is 1 when `replaced_summary` holds it (NULL: there was
+    none); rows from before this keep 0: their summary before is found as it was."""
+    conn = db.conn
+    conn.execute("ALTER TABLE compactions ADD COLUMN replaced_summary TEXT")
+    conn.execute("ALTER TABLE compactions ADD COLUMN replaced_kept INTEGER NOT NULL DEFAULT 0")

@@ -106,22 +106,25 @@ def undo(volume, key, yes, busy_timeout) -> None:
 
     def question(conn) -> str:
         plan = plan_undo(conn, key)
-        restored = (
-            f"the summary of run {plan.restored_run_id} back"
-            if plan.restored_run_id
-            else "no summary"
-        )
         return (
             f"Undo compaction run {plan.run_id} of thread {plan.session_id}: "
-            f"{plan.messages} message(s) live again, {restored}?"
+            f"{plan.messages} message(s) live again, {_restored(plan)}?"
         )
 
     done = confirmed_write(volume, busy_timeout, yes, question, lambda conn: reverse(conn, key))
     say(
         f"undid compaction run {done.run_id} of thread {done.session_id}: "
-        f"{done.messages} message(s) live again"
-        + (f", the summary of run {done.restored_run_id} back" if done.restored_run_id else "")
+        f"{done.messages} message(s) live again, {_restored(done)}"
     )
+
+
+def _restored(plan) -> str:
+    """Which summary an undo brings back."""
+    if plan.restored_summary is None:
+        return "no summary"
+    if plan.restored_run_id:
+        return f"the summary of run {plan.restored_run_id} back"
+    return "the summary before it back"
 
 
 def confirmed_write(volume, busy_timeout: float, yes: bool, question, change):
