@@ -6,7 +6,10 @@ import contextlib
 import json
 import re
 import sqlite3
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -351,27 +354,109 @@ def test_wait_for_the_lock(run_cli, volume, server):
     assert json.loads(result.stdout)[0]["status"] == "compacted"
 
 
-def test_the_agent_holding_the_write_lock_past_the_busy_timeout(run_cli, volume, server):
-    def agent_holds_the_lock(body):
-        conn = sqlite3.connect(volume["path"], isolation_level=None, check_same_thread=False)
-        conn.execute("BEGIN IMMEDIATE")
-        threading.Timer(1.5, lambda: (conn.execute("ROLLBACK"), conn.close())).start()
+@contextlib.contextmanager
+def agent_holding_the_write_lock(path, seconds: float | None = None):
+    """A real second process in `BEGIN IMMEDIATE` on the volume, until the block ends (or
+    `seconds` pass); yields once it holds the lock."""
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.holder", str(path)]
+        + ([str(seconds)] if seconds else []),
+        cwd=Path(__file__).parents[1],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
 
-    server.on_request = agent_holds_the_lock
-    result = compact(run_cli, volume, "--busy-timeout", "0.2", "--json")
-    assert result.exit_code == 4
+
+def compaction_runs(path) -> list[tuple]:
+    return rows(
+        path,
+        "SELECT session_id, status, input_tokens, output_tokens, error FROM runs"
+        " WHERE trigger = 'compaction' ORDER BY id",
+    )
+
+
+def test_a_volume_the_agent_keeps_locked_is_busy_before_any_call(run_cli, volume, server):
+    """SPEC 13: before spending, a pass checks that it can take the write lock at all."""
+    with agent_holding_the_write_lock(volume["path"]):
+        result = compact(run_cli, volume, "--busy-timeout", "0.2", "--json")
+    assert result.exit_code == 4, result
     [outcome] = json.loads(result.stdout)
     assert outcome["status"] == "skipped" and "locked" in outcome["error"]
-    # Neither the summary nor the failure could be written: the call's cost is in the result.
-    assert outcome["run_id"] is None
-    assert (outcome["input_tokens"], outcome["output_tokens"]) == (
-        server.usage["input"],
-        server.usage["output"],
+    assert server.requests == []  # nothing was spent
+    assert compaction_runs(volume["path"]) == []
+
+
+def test_a_call_the_busy_volume_could_not_take_is_recorded_by_the_next_pass(
+    run_cli, volume, server
+):
+    """SPEC 13: the agent takes the write lock during the model call and keeps it past the
+    busy timeout and past the end of the pass: the summary is not committed, the call's cost
+    waits beside the volume, and the next pass writes it into `runs` before anything else."""
+    holding = []
+
+    def agent_takes_the_lock(body):
+        holding.append(agent_holding_the_write_lock(volume["path"]))
+        holding[0].__enter__()
+
+    server.on_request = agent_takes_the_lock
+    result = compact(run_cli, volume, "--busy-timeout", "0.2", "--json")
+    server.on_request = None
+    sidecar = volume["path"].with_name("agent.db.volumetool-unrecorded")
+    try:
+        assert result.exit_code == 4, result
+        [outcome] = json.loads(result.stdout)
+        assert (outcome["status"], outcome["run_id"]) == ("skipped", None)
+        assert (outcome["input_tokens"], outcome["output_tokens"]) == (1200, 80)
+        assert f"the call's cost is kept in {sidecar}; the next pass records it" in outcome["error"]
+        assert compaction_runs(volume["path"]) == []
+        assert sidecar.stat().st_mode & 0o777 == 0o600 and KEY not in sidecar.read_text()
+    finally:
+        holding[0].__exit__(None, None, None)
+    again = compact(run_cli, volume, "--json")
+    [(session, status, tokens_in, tokens_out, error)] = compaction_runs(volume["path"])
+    assert (session, status, tokens_in, tokens_out) == (volume["due"], "error", 1200, 80)
+    assert error.startswith("not committed: ") and "locked" in error
+    assert not sidecar.exists()
+    # the recorded failure counts toward the back-off: no second call, and still red
+    assert json.loads(again.stdout)[0]["reason"] == "backing_off" and again.exit_code == 1
+    assert len(server.requests) == 1
+    [event] = rows(
+        volume["path"], "SELECT detail FROM audit WHERE event = 'compaction' ORDER BY id"
     )
-    assert "tokens are in this result only" in outcome["error"]
-    with contextlib.closing(sqlite3.connect(volume["path"])) as conn:
-        runs = conn.execute("SELECT count(*) FROM runs WHERE trigger = 'compaction'").fetchone()
-    assert runs == (0,)
+    assert json.loads(event[0])["action"] == "failed"
+    assert compact(run_cli, volume, "--json").exit_code == 1  # recorded once, not again
+    assert len(compaction_runs(volume["path"])) == 1
+
+
+def test_a_call_the_busy_volume_could_not_take_is_recorded_when_the_pass_can_write(
+    run_cli, volume, server
+):
+    """The agent keeps the lock past the busy timeout of the commit (twice), then lets go
+    while the pass is still on: the call's failed run is written by this pass, with its
+    usage (at its end, or at the retry if the agent let go that early)."""
+    holding = []
+
+    def agent_takes_the_lock(body):
+        holding.append(agent_holding_the_write_lock(volume["path"], seconds=3.5))
+        holding[0].__enter__()
+
+    server.on_request = agent_takes_the_lock
+    result = compact(run_cli, volume, "--busy-timeout", "1.5", "--json")
+    holding[0].__exit__(None, None, None)
+    assert result.exit_code == 4, result
+    [outcome] = json.loads(result.stdout)
+    [(session, status, tokens_in, tokens_out, error)] = compaction_runs(volume["path"])
+    assert (session, status, tokens_in, tokens_out) == (volume["due"], "error", 1200, 80)
+    [(run_id,)] = rows(volume["path"], "SELECT id FROM runs WHERE trigger = 'compaction'")
+    assert (outcome["status"], outcome["run_id"], outcome["error"]) == ("failed", run_id, error)
+    assert not volume["path"].with_name("agent.db.volumetool-unrecorded").exists()
 
 
 def test_many_volumes_with_bounded_concurrency(run_cli, tmp_path, server):
@@ -965,3 +1050,35 @@ def test_a_call_reusing_an_answered_calls_id_stays_live_until_answered(run_cli, 
     )
     live, _ = live_and_folded(w.path, s)
     assert waiting in live and live[0] == waiting - 1  # turn 2 onwards, the waiting call too
+
+
+def test_runs_kept_beside_the_volume_are_written_once_whatever_became_of_their_thread(volume):
+    """The file a pass leaves when the volume stayed busy: each run is written by the next
+    pass (detached when its thread is gone, as prune leaves runs), an entry that is not one
+    is dropped, and a pass killed after the commit but before removing the file does not
+    write them twice."""
+    from volumetool.compaction.store import RunTimes
+    from volumetool.compaction.unrecorded import UnrecordedRun, keep, record_kept, sidecar
+    from volumetool.usage import Usage
+    from volumetool.volume import open_for_write
+
+    times = RunTimes("2026-01-02T03:04:05.678Z", "2026-01-02T03:04:09.012Z")
+    runs = [
+        UnrecordedRun(
+            volume["due"], "discord:1", "tiny", "not committed: busy", Usage(9, 3), times
+        ),
+        UnrecordedRun(999, "gone", "tiny", "not committed: busy", Usage(5, None), times),
+    ]
+    path = keep(volume["path"], runs)
+    text = json.loads(path.read_text())
+    text["runs"].append({"session_id": "x"})
+    path.write_text(json.dumps(text))
+    for _ in range(2):  # the second time as if the file had outlived the commit
+        path.write_text(json.dumps(text))
+        with open_for_write(volume["path"], lock=True) as opened:
+            record_kept(opened)
+        assert not sidecar(volume["path"]).exists()
+    assert compaction_runs(volume["path"]) == [
+        (volume["due"], "error", 9, 3, "not committed: busy"),
+        (None, "error", 5, None, "not committed: busy"),
+    ]

@@ -1073,9 +1073,9 @@ def test_saved_tokens_count_the_previous_summary_it_replaces(server, tmp_path):
 def test_a_commit_that_cannot_be_written_is_the_threads_outcome(
     server, tmp_path, monkeypatch, raised
 ):
-    """Containment and spend (SPEC 6): a commit that finds the file locked past the busy
-    timeout records the call's cost as a failed run once it can (exit 4), or is `skipped`
-    with the call's tokens in its result when it never can; any other error in the commit is
+    """Containment and spend (SPEC 6, 13): a commit that finds the file locked past the busy
+    timeout records the call's cost as a failed run once it can (exit 4) — at once, else at
+    the end of the pass (`busy_twice`); any other error in the commit is
     the thread's failure with its exit code, and a bug is an internal error, never the end of
     the pass."""
     from volumetool.compaction import run
@@ -1104,11 +1104,7 @@ def test_a_commit_that_cannot_be_written_is_the_threads_outcome(
     expected = {
         "busy_then_written": ("failed", 4, "not committed: the volume is busy — try again later"),
         "busy_after_failure": ("failed", 4, "not committed: the volume is busy — try again later"),
-        "busy_twice": (
-            "skipped",
-            4,
-            "the volume is busy; the call's tokens are in this result only",
-        ),
+        "busy_twice": ("failed", 4, "not committed: the volume is busy"),
         "schema": ("failed", 3, "the schema changed under the commit"),
         "bug": ("failed", 1, "internal error: KeyError: 'x'"),
     }[raised]
@@ -1116,7 +1112,14 @@ def test_a_commit_that_cannot_be_written_is_the_threads_outcome(
     assert (outcome.model, outcome.conversation_key) == ("tiny", "k0")
     assert outcome.folded_messages > 0
     runs = [r for r in table_dump(path)["runs"] if r[2] == "compaction"]
-    if raised.startswith("busy_") and raised != "busy_twice":
+    if raised == "busy_twice":  # written at the end of the pass, with the call's usage
+        [row] = runs
+        usage = endings[0].summary.usage
+        assert row[4] == "error" and row[8] == outcome.error and row[3] == "tiny"
+        assert (row[5], row[6]) == (usage.input_tokens, usage.output_tokens)
+        assert (outcome.input_tokens, outcome.run_id) == (usage.input_tokens, row[0])
+        assert outcome.input_tokens > 0
+    elif raised.startswith("busy_"):
         [row] = runs
         assert row[4] == "error" and row[8] == outcome.error and row[3] == "tiny"
         assert outcome.input_tokens == row[5] and outcome.input_tokens > 0
@@ -1127,13 +1130,6 @@ def test_a_commit_that_cannot_be_written_is_the_threads_outcome(
             assert outcome.retention == round(retry.kept.retention, 4)
     else:
         assert runs == []
-    if raised == "busy_twice":
-        usage = endings[0].summary.usage
-        assert (outcome.input_tokens, outcome.output_tokens) == (
-            usage.input_tokens,
-            usage.output_tokens,
-        )
-        assert outcome.input_tokens > 0 and outcome.run_id is None
 
 
 def tickets_thread(

@@ -49,6 +49,7 @@ from volumetool.compaction.store import (
     thread_facts,
 )
 from volumetool.compaction.summarize import Limits, Spent, Summary, SummaryFailed, summarize
+from volumetool.compaction.unrecorded import Pending, UnrecordedRun, record_kept
 from volumetool.errors import Busy, Interrupted, UnusableInput, VolumetoolError, worst_exit_code
 from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy, TlsContext
 from volumetool.render import escape_control, one_line
@@ -109,10 +110,12 @@ class Outcome:
     # Why a due thread was not tried, for machines: backing_off | endpoint_unusable
     reason: str | None = None
     exit_code: int = field(default=0, repr=False)
+    # A call's failed run the busy volume could not take yet: written later (`Pending`).
+    unrecorded: UnrecordedRun | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict:
         data = asdict(self)
-        del data["exit_code"]
+        del data["exit_code"], data["unrecorded"]
         return data
 
     def line(self) -> str:
@@ -149,7 +152,7 @@ class Outcome:
 BACKING_OFF = "backing_off"
 ENDPOINT_UNUSABLE = "endpoint_unusable"
 
-OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome) if f.name != "exit_code")
+OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome) if f.name not in ("exit_code", "unrecorded"))
 
 
 def _n(value: int | None) -> str:
@@ -471,22 +474,32 @@ def write_ending(job: Job, ending: Ending) -> Outcome:
 
 def finish(job: Job, ending: Ending) -> Outcome:
     """Write the ending; whatever stops that becomes the thread's outcome. A commit that finds
-    the file locked past the busy timeout still records what the call cost, once it can."""
+    the file locked past the busy timeout still records what the call cost: at once if it
+    can, else (the outcome's `unrecorded`) at the end of the pass, else the next (SPEC 13)."""
     try:
         return write_ending(job, ending)
     except Busy as exc:
         usage = ending.summary.usage if ending.summary else ending.usage
-        reason = f"not committed: {exc.format_message()}"
+        reason = one_line(f"not committed: {exc.format_message()}", 1000)
         retry = Ending(ending.model, ending.times, failure=reason, usage=usage, kept=ending.kept)
         try:
             outcome = write_ending(job, retry)
-        except Exception:  # nothing could be written: the result still carries the cost
+        except Exception:  # nothing could be written yet: the result carries the cost
+            thread = job.thread
             return _planned(
                 job,
                 ending.model,
                 "skipped",
-                error=f"{exc.format_message()}; the call's tokens are in this result only",
+                error=f"{exc.format_message()}; {UNRECORDED}",
                 exit_code=4,
+                unrecorded=UnrecordedRun(
+                    thread.session_id,
+                    thread.conversation_key,
+                    ending.model,
+                    reason,
+                    usage,
+                    ending.times,
+                ),
                 **_tokens(usage),
             )
         outcome.exit_code = 4
@@ -497,6 +510,33 @@ def finish(job: Job, ending: Ending) -> Outcome:
         )
     except Exception as exc:  # a bug must cost this thread, never the others
         return _planned(job, ending.model, "failed", error=_internal(exc), exit_code=1)
+
+
+UNRECORDED = "the call's tokens are in this result only"
+
+
+@contextlib.contextmanager
+def settling(pending: Pending) -> Iterator[None]:
+    """Once the calls are over, the runs the busy volume could not take are written, or kept
+    beside it for the next pass (at once when the pass was stopped: no more waiting)."""
+    try:
+        yield
+    except BaseException:
+        _settled(pending.settle(write=False))
+        raise
+    _settled(pending.settle())
+
+
+def _settled(settled) -> None:
+    """Bring the result rows of the runs written or kept up to date."""
+    for one in settled:
+        outcome = one.outcome
+        if one.run_id is not None:
+            outcome.status, outcome.run_id, outcome.error = "failed", one.run_id, one.run.reason
+        elif one.kept_in is not None:
+            outcome.error = (outcome.error or "").replace(
+                UNRECORDED, f"the call's cost is kept in {one.kept_in}; the next pass records it"
+            )
 
 
 def _internal(exc: BaseException) -> str:
@@ -582,9 +622,17 @@ class _Writes:
     snapshot). Ctrl-C while an ending waits for its turn does not lose a call that was made: it
     is then recorded, not committed. A write under way finishes in its thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, pending: Pending | None = None) -> None:
         self.turn = asyncio.Lock()
         self.planned = asyncio.Event()
+        self.pending = pending  # the runs a busy volume could not take yet
+
+    def kept(self, job: Job, outcome: Outcome) -> Outcome:
+        """The outcome, its run kept for the end of the pass if the volume could not take it."""
+        run = getattr(outcome, "unrecorded", None)
+        if run is not None and self.pending is not None:
+            self.pending.add(job.volume, run, outcome)
+        return outcome
 
     async def write(self, job: Job, ending: Ending) -> Outcome:
         """The ending's outcome. After Ctrl-C the task goes on to its end, so that every call
@@ -594,14 +642,14 @@ class _Writes:
             await self.planned.wait()
             async with self.turn:
                 under_way = True
-                return await asyncio.to_thread(finish, job, ending)
+                return self.kept(job, await asyncio.to_thread(finish, job, ending))
         except asyncio.CancelledError:
             # Written in its thread, or the ending of a call Ctrl-C stopped (Ctrl-C twice): stop.
             if under_way or ending.failure in (INTERRUPTED, INTERRUPTED_AFTER):
                 raise
             await self.planned.wait()
             async with self.turn:
-                return await asyncio.to_thread(finish, job, ending.interrupted())
+                return self.kept(job, await asyncio.to_thread(finish, job, ending.interrupted()))
 
 
 async def summarize_all(
@@ -612,6 +660,7 @@ async def summarize_all(
     on_planned: Callable[[int], None],
     on_done: Callable[[Outcome], None],
     tls: TlsContext | None = None,
+    pending: Pending | None = None,
 ) -> list[Outcome]:
     """Each job's outcome, in the order planned. The first `concurrency` calls go out together,
     the others as jobs are planned; the writes wait until planning is over (each volume is
@@ -623,7 +672,7 @@ async def summarize_all(
     if not first:
         return []
     semaphore = asyncio.Semaphore(request.concurrency)
-    writes = _Writes()
+    writes = _Writes(pending)
     system = system_prompt(request.prompt, request.instructions)
     limits = Limits(request.max_input_tokens, request.max_summary_tokens)
     # One thread reads the folds' facts, one fold after another: it is CPU work under the GIL,
@@ -698,9 +747,17 @@ def open_volume(argument: str | None, request: Request, stack: contextlib.ExitSt
     check the file, then take the volume lock (no two compactions of a volume overlap)."""
     if request.dry_run:
         return stack.enter_context(Volume(argument, busy_timeout=request.busy_timeout))
-    return stack.enter_context(
-        open_for_write(argument, busy_timeout=request.busy_timeout, lock=True, wait=request.wait)
-    )
+    with contextlib.ExitStack() as opened:
+        volume = opened.enter_context(
+            open_for_write(
+                argument, busy_timeout=request.busy_timeout, lock=True, wait=request.wait
+            )
+        )
+        # Before anything is spent on it: the write lock can be had (else Busy, exit 4, and no
+        # call), and the runs an earlier pass could not write are written first (SPEC 13).
+        record_kept(volume)
+        stack.push(opened.pop_all())
+    return volume
 
 
 def compact(
@@ -731,10 +788,14 @@ def compact(
                     recorded.append(outcome)
                 on_done(outcome)
 
+            pending = Pending()
             try:
-                done = asyncio.run(
-                    summarize_all(planner, request, endpoint, transport, on_planned, ended, tls)
-                )
+                with settling(pending):
+                    done = asyncio.run(
+                        summarize_all(
+                            planner, request, endpoint, transport, on_planned, ended, tls, pending
+                        )
+                    )
             except KeyboardInterrupt:
                 if not recorded:
                     raise  # nothing was under way: the volume says what became of its writes
