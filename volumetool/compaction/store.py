@@ -249,7 +249,7 @@ def commit_summary(
     times: RunTimes,
 ) -> int:
     """The success transaction's writes: the compaction run, folded_by, the new summary, the
-    summary kept in the thread's history, and its audit event. Returns the run id. The caller
+    summary kept in the thread's history with the one it replaced, and its audit event. Returns the run id. The caller
     holds the write lock and has checked conflict_reason."""
     run_id = insert_run(conn, thread.session_id, model, usage, times)
     conn.execute(
@@ -258,10 +258,19 @@ def commit_summary(
     )
     conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary.text, thread.session_id))
     missing = json.dumps(list(summary.missing_facts), ensure_ascii=False)
+    # The summary it replaces (checked unchanged under this lock): what an undo restores.
     conn.execute(
         "INSERT INTO compactions (run_id, session_id, summary, saved_tokens, retention,"
-        " missing_facts) VALUES (?, ?, ?, ?, ?, ?)",
-        (run_id, thread.session_id, summary.text, summary.saved_tokens, summary.retention, missing),
+        " missing_facts, replaced_summary, replaced_kept) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+        (
+            run_id,
+            thread.session_id,
+            summary.text,
+            summary.saved_tokens,
+            summary.retention,
+            missing,
+            thread.summary,
+        ),
     )
     audit.record(
         conn,

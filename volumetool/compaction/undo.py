@@ -16,9 +16,11 @@ from volumetool.errors import ProblemsFound
 from volumetool.threads import active_thread
 from volumetool.timefmt import now_iso
 
-# The thread's standing compactions, newest first: (run id, summary kept, whether kept at all).
+# The thread's standing compactions, newest first: (run id, summary kept, whether kept at all,
+# the summary it replaced, whether that is kept: from m007 on).
 _STANDING = """
-SELECT r.id, c.summary, c.run_id IS NOT NULL FROM runs r
+SELECT r.id, c.summary, c.run_id IS NOT NULL, c.replaced_summary, coalesce(c.replaced_kept, 0)
+FROM runs r
 LEFT JOIN compactions c ON c.run_id = r.id
 WHERE r.session_id = ? AND r.trigger = 'compaction' AND r.status = 'ok'
   AND c.undone_at IS NULL
@@ -30,8 +32,8 @@ class UndoPlan:
     session_id: int
     run_id: int  # the compaction to reverse
     messages: int  # the messages it folded, live again after the undo
-    restored_run_id: int | None  # the compaction whose summary comes back (None: no summary)
-    restored_summary: str | None
+    restored_run_id: int | None  # the compaction before it, if any (None: none stands)
+    restored_summary: str | None  # the summary that comes back (None: the thread had none)
 
 
 def plan_undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
@@ -40,7 +42,8 @@ def plan_undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
     standing = conn.execute(_STANDING, (session_id,)).fetchall()
     if not standing:
         raise ProblemsFound(f"thread {session_id} ({key!r}) has no compaction to undo")
-    (run_id, wrote, kept), previous = standing[0], standing[1] if len(standing) > 1 else None
+    (run_id, wrote, kept, replaced, replaced_kept) = standing[0]
+    previous = standing[1] if len(standing) > 1 else None
     folded = conn.execute(
         "SELECT count(*) FROM messages WHERE folded_by = ?", (run_id,)
     ).fetchone()[0]
@@ -58,7 +61,10 @@ def plan_undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
         )
     if previous is not None and not _folded_any(conn, previous[0]):
         previous = None  # a compaction from before a /reset: its summary went with it
-    restored: str | None = None
+    restored_run_id = previous[0] if previous is not None else None
+    if replaced_kept:  # whoever wrote it: the agent, or no compaction at all
+        return UndoPlan(session_id, run_id, folded, restored_run_id, replaced)
+    restored: str | None = None  # a compaction from before m007: its summary before is found
     if previous is not None:
         restored = previous[1]
         if restored is None:
@@ -67,7 +73,7 @@ def plan_undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
                 "was written before volumetool kept summaries, or by the agent itself)",
                 "nothing was changed",
             )
-    return UndoPlan(session_id, run_id, folded, previous[0] if previous else None, restored)
+    return UndoPlan(session_id, run_id, folded, restored_run_id, restored)
 
 
 def _folded_any(conn: sqlite3.Connection, run_id: int) -> bool:
