@@ -86,12 +86,12 @@ def test_demo_refuses_to_overwrite(tmp_path, run_cli):
 # _sqlite_migrations is left out: it records when each migration ran.
 DEMO_DIGESTS = {
     (1, 1): "b227e6489be42561b1f73fd46084e42cf9a335ea1b75d6652bebdac01ef37be0",
-    (12, 1): "16e345ae4a75e5cf5d4b807b62c793d0e98fde6f3ee5fb268ce112ab103a64dc",
-    (40, 1): "7d9a87961bafd56738da58e5b8c56e9ec922577c41524752282115306d548125",
-    (40, 7): "2848701dacf9d1f115a551e53b2e0bf8482f1135d074682aab81e86c2b99ac39",
-    (200, 3): "5d643c50c2d01bb505f9015441f5e14606076cc68b5b38418f297a6873a581ae",
+    (12, 1): "138571b6a416ecac23a592309e84ceed7a4b5a55df9a3f75c082a1bdf8a0aa6f",
+    (40, 1): "9ae0cccc204fa9c9f1ddce0a9f25de28b38a878ad8fab9b1a97c9904013e0ccf",
+    (40, 7): "03e0542758eb93f21b75420bc3e11f9d324205a69edb0990d29e74e780fce192",
+    (200, 3): "79f459b19545e3434b029254df8f7d6063b00757df2935d37697a3dcd67ec112",
     # Over FLUSH_ROWS messages: the rows reach the file in more than one batch.
-    (400, 5): "6ccfc1ca7c953a5ba2f108681f853782e24560c80778b854666c7f35f56ececd",
+    (400, 5): "04e732520d76f02fa548971eec9e191a9d8fe10d31aa9e6989634418f63d56ff",
 }
 DEMO_TABLES = ("identity", "sessions", "messages", "runs", "audit", "compactions", "memories")
 

@@ -249,8 +249,8 @@ def commit_summary(
     times: RunTimes,
 ) -> int:
     """The success transaction's writes: the compaction run, folded_by, the new summary, the
-    summary kept in the thread's history with the one it replaced, and its audit event. Returns the run id. The caller
-    holds the write lock and has checked conflict_reason."""
+    summary kept in the thread's history with the one it replaced, and its audit event.
+    Returns the run id. The caller holds the write lock and has checked conflict_reason."""
     run_id = insert_run(conn, thread.session_id, model, usage, times)
     conn.execute(
         "UPDATE messages SET folded_by = ? WHERE id IN (SELECT value FROM json_each(?))",
