@@ -554,3 +554,28 @@ def test_a_key_whose_bytes_are_not_utf8_is_called_a_key_not_a_path(tmp_path, run
     assert_clean_error(result, 2, f"'{named}'", "not UTF-8")
     assert "path" not in result.stderr
     assert table_dump(w.path) == before
+
+
+@SIGNALS
+def test_an_interrupted_status_of_many_volumes_says_which_were_read(tmp_path, signum, code):
+    """Ctrl-C (or SIGTERM) while `status a b c` waits for b's lock: it stops there, and says
+    which volumes were read and which were not. (SQLite takes the signal when its wait for
+    the lock ends: a short busy timeout keeps the test short.)"""
+    paths = [many_rows(tmp_path / f"{name}.db", memories=5) for name in "abc"]
+    holder = sqlite3.connect(paths[1], isolation_level=None)
+    holder.execute("PRAGMA journal_mode = DELETE")
+    holder.execute("BEGIN EXCLUSIVE")  # the agent mid-write: readers wait for it
+    proc = subprocess.Popen(
+        [*VT, "status", *map(str, paths), "--nl", "--busy-timeout", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    wait_for(lambda: holds_open(proc.pid, paths[1]))
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    holder.execute("ROLLBACK")
+    assert proc.returncode == code, err
+    assert err.decode().splitlines() == [
+        f"volumetool: interrupted; finished: 1 ({paths[0]}); not finished: 2 ({paths[1]},"
+        f" {paths[2]})"
+    ]

@@ -12,6 +12,7 @@ from volumetool.cli import terminal
 from volumetool.cli.options import (
     ROW_ID,
     Command,
+    VolumeByVolume,
     busy_timeout_option,
     emit,
     format_given,
@@ -151,23 +152,24 @@ def _status_of_many(selected, memory, prometheus, output, tablefmt, limit, busy_
     from volumetool import fleet
     from volumetool.errors import worst_exit_code
 
-    statuses = fleet.fleet_status(
-        selected, now=datetime.now(UTC), memory=memory, busy_timeout=busy_timeout
-    )
     read: list[fleet.VolumeStatus] = []
+    with VolumeByVolume(selected) as each:
+        statuses = fleet.fleet_status(
+            each, now=datetime.now(UTC), memory=memory, busy_timeout=busy_timeout
+        )
 
-    def rows():
-        for volume in statuses:
-            read.append(volume)
-            yield volume.row()
+        def rows():
+            for volume in statuses:
+                read.append(volume)
+                yield volume.row()
 
-    if prometheus:
-        from volumetool.metrics import status_metrics
+        if prometheus:
+            from volumetool.metrics import status_metrics
 
-        read.extend(statuses)
-        sys.stdout.write(status_metrics(read))  # exact: click.echo strips escapes off a pipe
-    else:
-        emit(rows(), fleet.ROW_FIELDS, output, tablefmt, limit, "volumes")
+            read.extend(statuses)
+            sys.stdout.write(status_metrics(read))  # exact: click.echo strips escapes off a pipe
+        else:
+            emit(rows(), fleet.ROW_FIELDS, output, tablefmt, limit, "volumes")
     failed = [v for v in read if v.error]
     if failed:
         if prometheus:  # the text cannot say why: stderr does
