@@ -556,8 +556,11 @@ def test_a_key_whose_bytes_are_not_utf8_is_called_a_key_not_a_path(tmp_path, run
     assert table_dump(w.path) == before
 
 
+@pytest.mark.parametrize("command", [["status", "--nl"], ["check"]], ids=" ".join)
 @SIGNALS
-def test_an_interrupted_status_of_many_volumes_says_which_were_read(tmp_path, signum, code):
+def test_an_interrupted_status_or_check_of_many_volumes_says_which_were_read(
+    tmp_path, signum, code, command
+):
     """Ctrl-C (or SIGTERM) while `status a b c` waits for b's lock: it stops there, and says
     which volumes were read and which were not. (SQLite takes the signal when its wait for
     the lock ends: a short busy timeout keeps the test short.)"""
@@ -566,7 +569,7 @@ def test_an_interrupted_status_of_many_volumes_says_which_were_read(tmp_path, si
     holder.execute("PRAGMA journal_mode = DELETE")
     holder.execute("BEGIN EXCLUSIVE")  # the agent mid-write: readers wait for it
     proc = subprocess.Popen(
-        [*VT, "status", *map(str, paths), "--nl", "--busy-timeout", "3"],
+        [*VT, command[0], *map(str, paths), *command[1:], "--busy-timeout", "3"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -575,7 +578,7 @@ def test_an_interrupted_status_of_many_volumes_says_which_were_read(tmp_path, si
     _, err = proc.communicate(timeout=60)
     holder.execute("ROLLBACK")
     assert proc.returncode == code, err
-    assert err.decode().splitlines() == [
+    assert err.decode().splitlines()[-1] == (
         f"volumetool: interrupted; finished: 1 ({paths[0]}); not finished: 2 ({paths[1]},"
         f" {paths[2]})"
-    ]
+    )
