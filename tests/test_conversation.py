@@ -7,9 +7,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -920,3 +922,55 @@ def test_a_pager_that_cannot_start_shows_the_text_unpaged_with_a_warning(capfd, 
     assert out == text
     [line] = err.splitlines()
     assert line.startswith("volumetool: warning: the pager") and "unpaged" in line, line
+
+
+def test_a_pager_that_cannot_start_on_a_terminal_leaves_the_transcript_unpaged(small_volume):
+    code, shown = on_terminal(
+        "transcript", small_volume, "telegram:42", rows=3, VOLUMETOOL_PAGER="nonexistent"
+    )
+    assert code == 0, shown
+    assert "volumetool: warning: the pager 'nonexistent' could not start (not found)" in shown
+    assert "Is billing still pinned to v1.4.2?" in shown
+
+
+def test_sigterm_while_the_pager_shows_the_transcript_ends_the_pager_too(tmp_path, small_volume):
+    """Ctrl-C belongs to the pager while it runs; SIGTERM (`timeout`, systemd) ends volumetool
+    (exit 143) and the pager with it, rather than leaving it on the terminal."""
+    import pty
+
+    script = tmp_path / "pager.sh"
+    script.write_text('#!/bin/sh\necho $$ > "$0.pid"\ncat > /dev/null\nexec sleep 60\n')
+    script.chmod(0o755)
+    started = Path(f"{script}.pid")
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "volumetool", "transcript", small_volume, "telegram:42"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=child_env(VOLUMETOOL_PAGER=str(script), LINES="3"),
+    )
+    os.close(slave)
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() or not started.read_text().strip():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)  # the pager reads its text, then waits
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 143
+        pid = int(started.read_text())
+        deadline = time.monotonic() + 10
+        while _running(pid, "sleep"):
+            assert time.monotonic() < deadline, "the pager is still running"
+            time.sleep(0.01)
+    finally:
+        os.close(master)
+
+
+def _running(pid: int, program: str) -> bool:
+    """Whether process `pid` runs `program` (not ended, nor a zombie waiting to be reaped)."""
+    try:
+        return program in Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return False

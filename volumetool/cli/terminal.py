@@ -104,15 +104,24 @@ def _write(text: str) -> None:
     sys.stdout.flush()
 
 
-def _program_missing(command: str) -> bool:
-    """Whether the pager command's program is nowhere on $PATH (`VOLUMETOOL_PAGER=lss`)."""
+def _program(command: str) -> str | None:
+    """The program a pager command runs, when it is one simple command (`less -R`), else
+    None (a pipeline, variables set first: the shell's to make sense of)."""
     import shlex
 
+    if re.search(r"[|&;<>()$`]", command):
+        return None
     try:
         program = shlex.split(command)[0]
     except (ValueError, IndexError):
-        return False  # the shell will say what it makes of it
-    return "=" not in program and shutil.which(program) is None
+        return None
+    return None if "=" in program else program
+
+
+def _program_missing(command: str) -> bool:
+    """Whether the pager command's program is nowhere on $PATH (`VOLUMETOOL_PAGER=lss`)."""
+    program = _program(command)
+    return program is not None and shutil.which(program) is None
 
 
 def _unpaged(command: str, why: str, text: str) -> None:
@@ -132,7 +141,8 @@ def _run_pager(command: str, text: str, env: Mapping[str, str]) -> int:
     pager_env = {"LESS": "FRX", "LV": "-c", **env}
     sys.stdout.flush()
     pager = subprocess.Popen(
-        command,
+        # One simple command replaces the shell, so that ending it (SIGTERM) ends the pager.
+        f"exec {command}" if _program(command) else command,
         shell=True,
         stdin=subprocess.PIPE,
         env=pager_env,
@@ -148,6 +158,9 @@ def _run_pager(command: str, text: str, env: Mapping[str, str]) -> int:
         with contextlib.suppress(BrokenPipeError):
             pager.stdin.close()
         return pager.wait()
+    except KeyboardInterrupt:  # SIGTERM (Ctrl-C is the pager's): the pager ends with us
+        pager.terminate()
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
 
