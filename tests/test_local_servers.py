@@ -80,3 +80,108 @@ def test_validate_takes_a_config_without_a_key(run_cli, tmp_path, server):
     _, config = setup(tmp_path, server, "openai")
     result = run_cli("validate", config)
     assert result.exit_code == 0, result.stdout
+
+
+# -- slow is not dead (SPEC 14) -----------------------------------------------------------
+
+
+def streamed_setup(tmp_path, server, api):
+    path, config = setup(tmp_path, server, api)
+    return path, config, {USUAL[api]: "sk-usual-0123456789"}
+
+
+def frames(server, api) -> int:
+    """How many events the server's answer takes (each after chunk_delay)."""
+    from tests.support.model_server import anthropic_events, openai_events
+
+    reply = server._anthropic(server.summary, None) if api == "anthropic" else None
+    if api == "anthropic":
+        return len(anthropic_events(reply))
+    return len(openai_events(server._openai(server.summary, None)))
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_slow_but_steady_answer_is_not_cut_off_by_the_timeout(run_cli, tmp_path, server, api):
+    """A CPU model writes a token now and then: each wait is shorter than --timeout, the whole
+    answer longer. It is read to the end (it failed after 4 attempts and 7 min 47 s)."""
+    server.chunk_delay = 0.1
+    timeout = 0.5
+    assert server.chunk_delay * frames(server, api) > timeout  # the whole answer takes longer
+    path, config, env = streamed_setup(tmp_path, server, api)
+    result = compact(run_cli, path, config, env, "--timeout", str(timeout))
+    assert result.exit_code == 0, result.stdout
+    [row] = json.loads(result.stdout)
+    assert row["status"] == "compacted", row
+    [sent] = server.requests
+    assert sent["body"]["stream"] is True
+    if api == "openai":
+        assert sent["body"]["stream_options"] == {"include_usage": True}
+    assert server.streams[-1]["events"] == server.streams[-1]["of"]
+    # usage read from the stream: Anthropic's cache tokens are part of the prompt
+    cached = server.usage["cache_creation"] + server.usage["cache_read"]
+    prompt = server.usage["input"] + (cached if api == "anthropic" else 0)
+    assert (row["input_tokens"], row["output_tokens"]) == (prompt, server.usage["output"])
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_stream_that_stalls_fails_by_the_idle_timeout_and_says_so(run_cli, tmp_path, server, api):
+    server.fault = "stall"
+    path, config, env = streamed_setup(tmp_path, server, api)
+    result = compact(run_cli, path, config, env, "--timeout", "0.3", "--retries", "1")
+    assert result.exit_code == 1
+    [row] = json.loads(result.stdout)
+    assert row["status"] == "failed"
+    assert "no response within 0.3s" in row["error"] and "raise it" in row["error"]
+    assert "--timeout" in row["error"] and "after 2 attempts" in row["error"]
+    assert len(server.requests) == 2 and all(s["events"] == 3 for s in server.streams)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_model_that_repeats_itself_is_stopped_early(run_cli, tmp_path, server, api):
+    """SmolLM2 wrote one sentence to the 512-token limit (322 s), and the advice was "raise
+    --max-summary-tokens". The stream is closed once the repetition is clear."""
+    from tests.support.model_server import REPEATED_SENTENCE
+
+    server.fault, server.chunk_delay = "repeat", 0.002
+    path, config, env = streamed_setup(tmp_path, server, api)
+    result = compact(run_cli, path, config, env)
+    assert result.exit_code == 1
+    [row] = json.loads(result.stdout)
+    assert row["status"] == "failed" and "the model repeated itself" in row["error"]
+    assert "max-summary-tokens" not in row["error"]
+    assert f"POST {server.url}" in row["error"]
+    [stream] = server.streams
+    assert stream["closed"] and stream["events"] < stream["of"] / 10, stream
+    # stopped within a few repetitions of the sentence
+    events_per_sentence = len(REPEATED_SENTENCE) / 24
+    assert stream["events"] < 8 * events_per_sentence
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_server_that_answers_json_though_asked_to_stream_is_read(run_cli, tmp_path, server, api):
+    server.plain = True
+    path, config, env = streamed_setup(tmp_path, server, api)
+    result = compact(run_cli, path, config, env)
+    assert result.exit_code == 0, result.stdout
+    [row] = json.loads(result.stdout)
+    assert row["status"] == "compacted" and server.streams == []
+    assert server.requests[0]["body"]["stream"] is True
+
+
+@pytest.mark.parametrize("plain", [False, True])
+@pytest.mark.parametrize(
+    ("fault", "advice"),
+    [("repeat", "the model repeated itself"), ("truncated", "raise --max-summary-tokens")],
+)
+def test_the_advice_of_an_answer_cut_off_at_the_limit_fits(
+    run_cli, tmp_path, server, fault, advice, plain
+):
+    """Only an answer really cut off by its length is told to raise --max-summary-tokens; one
+    that reached the limit repeating itself is called that, streamed or not."""
+    server.fault, server.plain = fault, plain
+    path, config, env = streamed_setup(tmp_path, server, "openai")
+    result = compact(run_cli, path, config, env)
+    [row] = json.loads(result.stdout)
+    assert row["status"] == "failed" and advice in row["error"], row
+    if fault == "repeat":
+        assert "max-summary-tokens" not in row["error"]

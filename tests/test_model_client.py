@@ -896,30 +896,23 @@ def test_an_answer_without_a_content_type_is_read_as_json():
 
 
 def test_an_event_stream_is_known_by_its_first_line_whatever_its_label():
-    # A proxy forcing stream: true may label the stream application/json and begin it with
-    # blank lines or a byte order mark, and with any field (data, event, id, retry) or a
-    # comment (the SSE format allows them all): its first non-blank line gives it away.
-    for body in (
-        b"data: {}\n\n",
-        b"\n\r\n  event: message_start\n",
-        b": keep-alive\n",
-        b"id: 1\ndata: {}\n\n",
-        b"retry: 3000\n\n",
-        b"\xef\xbb\xbfdata: {}\n\n",
-        b"\n\xef\xbb\xbf\n: ping\n",
-    ):
-        error = answer(200, {"content-type": "application/json"}, body)
-        assert isinstance(error, ModelError)
-        assert "event stream" in error.reason and error.endpoint_wide
+    # A stream labelled application/json, begun with blank lines or a byte order mark, and
+    # with any field (data, event, id, retry) or a comment first is read as a stream: here
+    # one that never says how it finished.
+    chunk = b'data: {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}\n\n'
+    for head in (b"", b"\n\r\n", b": keep-alive\n", b"id: 1\n", b"retry: 3000\n", b"\xef\xbb\xbf"):
+        done = answer(200, {"content-type": "application/json"}, head + chunk)
+        assert isinstance(done, Completion), done
+        assert (done.text, done.finish) == ("Hi", None)
     error = answer(200, {"content-type": "text/event-stream"}, b"{}")
-    assert isinstance(error, ModelError) and "event stream" in error.reason
+    assert isinstance(error, ModelError) and "no choices (in an event stream)" in error.reason
 
 
 def test_every_unreadable_answer_names_its_request():
     # Whatever is wrong with a 200's body, the error names the request, for the provider's
     # support: an event stream, JSON nested too deeply, not JSON, JSON that is no object.
     for headers, body, reason in (
-        ({"content-type": "text/event-stream"}, b"data: {}\n\n", "event stream"),
+        ({"content-type": "text/event-stream"}, b"data: {}\n\n", "in an event stream"),
         ({}, b"[" * 100_000 + b"]" * 100_000, "malformed response: JSON nested too deeply"),
         ({}, b"<html>", "malformed response: not JSON"),
         ({}, b'"text"', "malformed response: not a JSON object"),
@@ -1002,6 +995,8 @@ def test_each_api_and_auth_sends_the_headers_and_body_its_provider_documents():
         "model": "m",
         "max_tokens": 99,
         "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+        "stream": True,  # SPEC 14: a model still writing is told apart from one that hangs
+        "stream_options": {"include_usage": True},
     }
     reasoning = replace(openai, max_tokens_param="max_completion_tokens")
     assert reasoning.body("S", "U")["max_completion_tokens"] == 99
@@ -1012,6 +1007,7 @@ def test_each_api_and_auth_sends_the_headers_and_body_its_provider_documents():
         "max_tokens": 99,
         "system": "S",
         "messages": [{"role": "user", "content": "U"}],
+        "stream": True,
     }
     assert openai.params() == {} and replace(openai, api_version="2024-10-21").params() == {
         "api-version": "2024-10-21"
@@ -1078,7 +1074,11 @@ class Body(httpx.AsyncByteStream):
 
 
 def exchange(
-    body: Body, headers: dict[str, str] | None = None, base_url="http://127.0.0.1:9/v1", timeout=5
+    body: Body,
+    headers: dict[str, str] | None = None,
+    base_url="http://127.0.0.1:9/v1",
+    timeout=5,
+    max_answer=600.0,
 ):
     """What ModelClient.complete makes of one answer streamed as `body`, one attempt."""
 
@@ -1086,7 +1086,7 @@ def exchange(
         return httpx.Response(200, headers=headers or {}, stream=body)
 
     async def go():
-        endpoint = Endpoint("openai", base_url, "m", KEY, timeout=timeout)
+        endpoint = Endpoint("openai", base_url, "m", KEY, timeout=timeout, max_answer=max_answer)
         policy = RetryPolicy(attempts=1)
         transport = httpx.MockTransport(handler)
         async with ModelClient(endpoint, retry=policy, transport=transport) as client:
@@ -1213,11 +1213,12 @@ def test_a_url_httpx_cannot_build_is_an_endpoint_wide_error_naming_it():
     assert error.where == "POST http://[::1/v1/chat/completions"
 
 
-def test_a_body_that_drips_forever_is_cut_at_the_timeout():
-    # --timeout bounds the whole request: a server sending a byte now and then, never
-    # pausing long enough for a read timeout, is still cut off.
-    error = exchange(Body([b" "], endless=True, pace=0.05), timeout=0.5)
-    assert isinstance(error, ModelError) and error.reason == "no response within 0.5s"
+def test_a_body_that_drips_forever_is_cut_at_the_whole_answer_bound():
+    # --timeout bounds each wait for the next bytes; a server sending a byte now and then,
+    # never pausing long enough for that, is cut off by --max-answer-seconds.
+    error = exchange(Body([b" "], endless=True, pace=0.05), timeout=0.5, max_answer=1.0)
+    assert isinstance(error, ModelError) and not error.retryable
+    assert error.reason == "the answer took longer than 1s (raise --max-answer-seconds)"
 
 
 def test_a_completion_names_its_request():

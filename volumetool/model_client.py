@@ -1,6 +1,8 @@
 """One text completion from an OpenAI-compatible (chat completions) or Anthropic (messages)
 endpoint, over httpx: auth, max tokens, no tools, usage, bounded retries, and a breaker that
-stops a run from calling an endpoint that cannot work.
+stops a run from calling an endpoint that cannot work. Answers stream (server-sent events), so
+the timeout bounds each wait for the next bytes and a model that repeats itself is stopped
+early; a plain JSON answer is read as well.
 
 Everything a server sends is untrusted: bodies are read to at most 8 MiB, JSON of any shape is
 checked field by field, usage figures that are not sane counts become None, and error text is
@@ -74,7 +76,8 @@ class Endpoint:
     model: str
     api_key: str = field(repr=False)
     max_tokens: int = 4096
-    timeout: float = 60.0
+    timeout: float = 60.0  # the longest wait for the next bytes of an answer
+    max_answer: float = 600.0  # the longest a whole answer may take, however steady
     auth: str | None = None  # bearer | api-key | x-api-key; None: the api's own
     api_version: str | None = None  # Azure OpenAI's api-version query parameter
     max_tokens_param: str = "max_tokens"  # max_completion_tokens for OpenAI reasoning models
@@ -100,12 +103,15 @@ class Endpoint:
         return headers
 
     def body(self, system: str, user: str) -> dict:
+        """The request; answers stream (SSE), so that a model still writing is told apart
+        from one that hangs. A server that answers plain JSON anyway is read as well."""
         if self.api == "anthropic":
             return {
                 "model": self.model,
                 "max_tokens": self.max_tokens,
                 "system": system,
                 "messages": [{"role": "user", "content": user}],
+                "stream": True,
             }
         return {
             "model": self.model,
@@ -114,6 +120,8 @@ class Endpoint:
                 {"role": "system", "content": system},
                 {"role": "user", "content": user},
             ],
+            "stream": True,
+            "stream_options": {"include_usage": True},
         }
 
     def params(self) -> dict[str, str]:
@@ -584,14 +592,28 @@ class ModelClient:
                 attempt += 1
 
     async def _attempt(self, system: str, user: str) -> Completion:
-        timeout = self.endpoint.timeout
+        """One request. `--timeout` bounds each wait for the next bytes (httpx's read
+        timeout); the whole answer, however steadily it streams, is bounded by max_answer."""
+        longest = self.endpoint.max_answer
         try:  # not wait_for: before Python 3.12 it can lose a cancellation (gh-86296)
-            async with asyncio.timeout(timeout):
-                return await self._exchange(system, user)
+            async with asyncio.timeout(longest):
+                completion = await self._exchange(system, user)
         except TimeoutError:
             raise ModelError(
-                f"no response within {timeout:g}s", retryable=True, where=self.endpoint.where
+                f"the answer took longer than {longest:g}s (raise --max-answer-seconds)",
+                where=self.endpoint.where,
             ) from None
+        if completion.finish in CUT_OFF and completion.text and repeating(completion.text):
+            raise ModelError(REPEATED, usage=completion.usage, where=self.endpoint.where)
+        return completion
+
+    def _idle(self) -> ModelError:
+        return ModelError(
+            f"no response within {self.endpoint.timeout:g}s (--timeout, the longest wait for "
+            "the model's next bytes: raise it for a slow model)",
+            retryable=True,
+            where=self.endpoint.where,
+        )
 
     async def _exchange(self, system: str, user: str) -> Completion:
         e = self.endpoint
@@ -606,25 +628,66 @@ class ModelClient:
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TimeoutException:
-            raise ModelError(
-                f"no response within {e.timeout:g}s", retryable=True, where=e.where
-            ) from None
+            raise self._idle() from None
         except (httpx.HTTPError, OSError) as exc:
             raise connection_failure(exc, e.where) from None
         finally:
             written()
         try:
+            if _streamed(response):
+                return await self._stream(response)
             data = await self._read(response)
         finally:
             await response.aclose()
         return self._answer(response, data)
 
-    async def _read(self, response: httpx.Response) -> bytes:
-        declared = response.headers.get("content-length", "")
-        too_large = ModelError(
+    async def _stream(self, response: httpx.Response) -> Completion:
+        """An event stream read as it arrives: each event is taken in, a model that repeats
+        itself is stopped as soon as that is clear, and no more than MAX_BODY_BYTES is read."""
+        events = EventStream(self.endpoint.api)
+        size = 0
+        try:
+            async for chunk in response.aiter_raw():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise self._too_large()
+                events.feed(chunk)
+            events.close()
+        except httpx.TimeoutException:
+            raise self._idle() from None
+        except (httpx.HTTPError, OSError) as exc:
+            raise connection_failure(exc, self.endpoint.where) from None
+        except _Malformed as exc:
+            raise self._stream_failure(response, exc) from None
+        return self._streamed_answer(response, events)
+
+    def _streamed_answer(self, response: httpx.Response, events: EventStream) -> Completion:
+        request_id = _request_id(response)
+        parse = _anthropic if self.endpoint.api == "anthropic" else _openai
+        try:
+            return parse(events.payload(), request_id)
+        except _Malformed as exc:
+            raise self._stream_failure(response, exc) from None
+
+    def _stream_failure(self, response: httpx.Response, exc: _Malformed) -> ModelError:
+        request_id = _request_id(response)
+        if isinstance(exc, _StreamError):  # an error event: read as an error body is
+            return self._error_payload(exc.payload, response, request_id)
+        if isinstance(exc, _Repeated):
+            return ModelError(
+                str(exc), where=self.endpoint.where, request_id=request_id, usage=exc.usage
+            )
+        return self._malformed(f"{exc} (in an event stream)", request_id, exc.usage)
+
+    def _too_large(self) -> ModelError:
+        return ModelError(
             f"the response body is larger than {MAX_BODY_BYTES // 2**20} MiB",
             where=self.endpoint.where,
         )
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        declared = response.headers.get("content-length", "")
+        too_large = self._too_large()
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             raise too_large
         chunks, size = [], 0
@@ -635,11 +698,7 @@ class ModelClient:
                     raise too_large
                 chunks.append(chunk)
         except httpx.TimeoutException:
-            raise ModelError(
-                f"no response within {self.endpoint.timeout:g}s",
-                retryable=True,
-                where=self.endpoint.where,
-            ) from None
+            raise self._idle() from None
         except (httpx.HTTPError, OSError) as exc:
             raise connection_failure(exc, self.endpoint.where) from None
         encoding = response.headers.get("content-encoding", "")
@@ -655,7 +714,7 @@ class ModelClient:
 
     def _answer(self, response: httpx.Response, data: bytes) -> Completion:
         e = self.endpoint
-        request_id = response.headers.get("x-request-id") or response.headers.get("request-id")
+        request_id = _request_id(response)
         status = response.status_code
         if 300 <= status < 400:
             location = response.headers.get("location", "")
@@ -678,13 +737,13 @@ class ModelClient:
             raise self._error(status, message, kind, request_id, response.headers)
         content_type = response.headers.get("content-type", "")
         if "text/event-stream" in content_type or _event_stream(data):
-            raise ModelError(
-                "the endpoint answered with an event stream; volumetool needs a plain JSON "
-                "response (is a proxy forcing stream: true?)",
-                endpoint_wide=True,
-                where=e.where,
-                request_id=request_id,
-            )
+            events = EventStream(e.api)  # compressed, or labelled as something else
+            try:
+                events.feed(data)
+                events.close()
+            except _Malformed as exc:
+                raise self._stream_failure(response, exc) from None
+            return self._streamed_answer(response, events)
         try:
             payload = json.loads(data)
         except RecursionError:
@@ -694,15 +753,22 @@ class ModelClient:
         if not isinstance(payload, dict):
             raise self._malformed("not a JSON object", request_id)
         if "error" in payload and not ("choices" in payload or "content" in payload):
-            message, kind = error_details(data)
-            code = payload["error"].get("code") if isinstance(payload["error"], dict) else None
-            status = code if isinstance(code, int) and 400 <= code < 600 else status
-            raise self._error(status, message, kind, request_id, response.headers)
+            raise self._error_payload(payload, response, request_id)
         parse = _anthropic if e.api == "anthropic" else _openai
         try:
             return parse(payload, request_id)
         except _Malformed as exc:
             raise self._malformed(str(exc), request_id, exc.usage) from None
+
+    def _error_payload(
+        self, payload: dict, response: httpx.Response, request_id: str | None
+    ) -> ModelError:
+        """The error of an error body under a 200, or of an error event in a stream: its own
+        code, when it gives one, is the status."""
+        message, kind = error_details(json.dumps(payload).encode())
+        code = payload["error"].get("code") if isinstance(payload.get("error"), dict) else None
+        status = code if isinstance(code, int) and 400 <= code < 600 else response.status_code
+        return self._error(status, message, kind, request_id, response.headers)
 
     def _error(
         self,
@@ -738,6 +804,200 @@ class _Malformed(ValueError):
     def __init__(self, what: str, usage: Usage | None = None) -> None:
         super().__init__(what)
         self.usage = usage
+
+
+class _StreamError(_Malformed):
+    """An error event in a stream (OpenAI `{"error": ...}`, Anthropic `event: error`)."""
+
+    def __init__(self, payload: dict) -> None:
+        super().__init__("an error event")
+        self.payload = payload
+
+
+class _Repeated(_Malformed):
+    """The model writes the same passage over and over: stopped there."""
+
+
+def _request_id(response: httpx.Response) -> str | None:
+    return response.headers.get("x-request-id") or response.headers.get("request-id")
+
+
+def _streamed(response: httpx.Response) -> bool:
+    """Whether an answer is read as an event stream as it arrives: a 2xx labelled so, in no
+    content coding (a compressed or mislabelled one is read whole, then as a stream)."""
+    content_type = response.headers.get("content-type", "")
+    coding = response.headers.get("content-encoding", "").strip().lower()
+    return (
+        response.is_success and "text/event-stream" in content_type and coding in ("", "identity")
+    )
+
+
+# Finish reasons of an answer cut off at its token limit.
+CUT_OFF = frozenset({"length", "max_tokens"})
+REPEATED = "the model repeated itself: its answer is one passage over and over, not a summary"
+# A repetition is clear when the end of the answer is one passage (of UNIT characters) written
+# at least REPEATS times over at least SPAN characters: a sentence said three times, a phrase
+# many times. Checked each time the answer grows by CHECK_EVERY characters.
+UNIT = (8, 600)
+REPEATS = 3
+SPAN = 240
+CHECK_EVERY = 32
+
+
+def repeating(text: str) -> bool:
+    """Whether the text ends in one passage written over and over (see UNIT, REPEATS, SPAN):
+    its last `span` characters equal themselves shifted by the passage's length."""
+    for unit in range(UNIT[0], UNIT[1] + 1):
+        span = max(unit * REPEATS, SPAN)
+        if span > len(text):
+            return False
+        tail = text[-span:]
+        if tail[unit:] == tail[:-unit] and not tail.isspace():
+            return True
+    return False
+
+
+class EventStream:
+    """A streamed answer (server-sent events) taken in as it arrives and turned into the
+    answer a plain JSON response would have been, for the same checks: OpenAI chat completion
+    chunks (`choices[].delta`, a last chunk with `usage`), Anthropic message events
+    (message_start, content_block_start/delta, message_delta, message_stop). An error event
+    raises _StreamError; an answer that repeats itself raises _Repeated as soon as it is."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self._buffer = b""
+        self._data: list[str] = []
+        self._first = True
+        self.text = ""  # every text delta so far, for the repetition check
+        self._checked = 0
+        self._usage: dict = {}
+        self._choices: list | None = None  # OpenAI: None until a chunk carries choices
+        self._refusal = ""
+        self._tool_call = False
+        self._finish: object = None
+        self._message = False  # Anthropic: whether message_start came
+        self._blocks: dict[int, dict] = {}
+
+    def feed(self, chunk: bytes) -> None:
+        if self._first:
+            chunk = chunk.removeprefix(b"\xef\xbb\xbf")
+            self._first = False
+        *lines, self._buffer = (self._buffer + chunk).split(b"\n")
+        for line in lines:
+            self._line(line.rstrip(b"\r"))
+
+    def close(self) -> None:
+        """The end of the stream: what is left is the last line and event."""
+        if self._buffer:
+            self._line(self._buffer.rstrip(b"\r"))
+            self._buffer = b""
+        self._dispatch()
+
+    def _line(self, line: bytes) -> None:
+        if not line:
+            self._dispatch()
+            return
+        field, _, value = line.partition(b":")
+        if field == b"data":
+            self._data.append(value.removeprefix(b" ").decode("utf-8", "replace"))
+
+    def _dispatch(self) -> None:
+        if not self._data:
+            return
+        data, self._data = "\n".join(self._data), []
+        if data.strip() == "[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except RecursionError:
+            raise _Malformed("JSON nested too deeply") from None
+        except ValueError:
+            raise _Malformed("not JSON") from None
+        if not isinstance(event, dict):
+            raise _Malformed("not a JSON object")
+        if "error" in event and "choices" not in event:
+            raise _StreamError(event)
+        if self.api == "anthropic":
+            self._anthropic(event)
+        else:
+            self._openai(event)
+
+    def _write(self, text: str) -> None:
+        self.text += text
+        if len(self.text) - self._checked >= CHECK_EVERY:
+            self._checked = len(self.text)
+            if repeating(self.text):
+                raise _Repeated(f"{REPEATED} (stopped after {len(self.text):,} characters)")
+
+    def _openai(self, event: dict) -> None:
+        if isinstance(event.get("usage"), dict):
+            self._usage = event["usage"]
+        choices = event.get("choices")
+        if not isinstance(choices, list):
+            return
+        self._choices = self._choices or []
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            self._choices = [choice]
+            delta = choice.get("delta")
+            delta = delta if isinstance(delta, dict) else {}
+            if isinstance(delta.get("refusal"), str):
+                self._refusal += delta["refusal"]
+            self._tool_call |= bool(delta.get("tool_calls") or delta.get("function_call"))
+            if choice.get("finish_reason") is not None:
+                self._finish = choice["finish_reason"]
+            if isinstance(delta.get("content"), str):
+                self._write(delta["content"])
+
+    def _anthropic(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            self._message = True
+            self._take_usage(event["message"].get("usage"))
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            self._blocks[_index(event)] = dict(event["content_block"])
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            delta = event["delta"]
+            block = self._blocks.setdefault(_index(event), {"type": "text", "text": ""})
+            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+                block["text"] = str(block.get("text") or "") + delta["text"]
+                self._write(delta["text"])
+        elif kind == "message_delta":
+            delta = event.get("delta")
+            if isinstance(delta, dict) and "stop_reason" in delta:
+                self._finish = delta["stop_reason"]
+            self._take_usage(event.get("usage"))
+
+    def _take_usage(self, usage: object) -> None:
+        """Anthropic's figures: input ones in message_start, the output count (cumulative,
+        and sometimes the input ones again) in message_delta; the latest of each counts."""
+        if isinstance(usage, dict):
+            self._usage.update(usage)
+
+    def payload(self) -> dict:
+        """The answer as the API's plain JSON response would have carried it."""
+        payload: dict = {"usage": self._usage} if self._usage else {}
+        if self.api == "anthropic":
+            if self._message:
+                blocks = [self._blocks[i] for i in sorted(self._blocks)]
+                payload.update(content=blocks, stop_reason=self._finish)
+            return payload
+        if self._choices is not None:
+            message: dict = {"content": self.text if self.text else None}
+            if self._refusal:
+                message["refusal"] = self._refusal
+            if self._tool_call:
+                message["tool_calls"] = [{"type": "function"}]
+            choices = [{"message": message, "finish_reason": self._finish}]
+            payload["choices"] = choices if self._choices else []
+        return payload
+
+
+def _index(event: dict) -> int:
+    index = event.get("index")
+    return index if isinstance(index, int) else 0
 
 
 def _mapping(value: object, what: str, usage: Usage) -> dict:

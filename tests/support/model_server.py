@@ -6,6 +6,12 @@ them answer (see FAULTS), switched per request.
         server.queue("500", "429")        # the next two requests fail, the third succeeds
         server.fault = "truncated"        # ...or every request, until reset
         server.context_limit = 4000       # ...and prompts longer than this are "too long"
+        server.chunk_delay = 0.2          # streamed answers: a pause before each event
+        server.plain = True               # answer plain JSON even when asked to stream
+
+Answers stream (server-sent events, as each API sends them) when the request asks for it, the
+way real providers stream: OpenAI chat completion chunks and a usage chunk, Anthropic's
+message_start … message_stop; `streams` records how much of each stream went out.
 
 The bodies follow the providers' documented and observed shapes: OpenAI and Azure
 (`{"error": {message, type, param, code}}`), Anthropic (`{"type": "error", "error": {...}}`),
@@ -283,6 +289,9 @@ COMPLETION_FAULTS = (
     # Fewer characters than the fold, more tokens: CJK.
     "wide_summary",
 )
+# Faults of a streamed answer: it stops mid-way and the connection stays open; or the model
+# writes one sentence over and over up to its token limit (as a 135M model does).
+STREAM_FAULTS = ("stall", "repeat")
 # Faults of the transport or the body's encoding.
 RAW_FAULTS = (
     "hang",
@@ -316,7 +325,16 @@ ACCEPTED = (
     "control_chars",
     "summary_echo",
 )
-FAULTS = tuple(HTTP_ERRORS) + COMPLETION_FAULTS + RAW_FAULTS
+FAULTS = tuple(HTTP_ERRORS) + COMPLETION_FAULTS + RAW_FAULTS + STREAM_FAULTS
+REPEATED_SENTENCE = "The user wants to deploy the service and the agent helps with the deploy. "
+REPEAT_TIMES = 400
+# What SmolLM2-135M wrote for a fold of the demo volume: fluent, none of its facts, and a URL,
+# a command and a path found nowhere in the conversation.
+SMALL_MODEL_SUMMARY = (
+    "The chat is here: https://dev.to/maven-tools/chat-history-2024. The user and the agent "
+    "talked about the project and agreed to run `npm run build:all` in /opt/app/releases, "
+    "then to check the results later."
+)
 # The summary of the control_chars fault: a clipboard write, a screen clear, a newline, a bell.
 CONTROL_SUMMARY = "Summary \x1b]52;c;cHduZWQ=\x07 with\nlines \x1b[2J and a bell\x07."
 ECHOED_REFUSAL = "I won't; your key {key} is logged \x1b[2J\x1b]52;c;eA==\x07 \u202eevil\x00 \x9b."
@@ -331,6 +349,91 @@ def bomb() -> bytes:
 
         _BOMB.append(gzip.compress(gzip.compress(bytes(64 * 2**20))))
     return _BOMB[0]
+
+
+def wide(i: int) -> str:
+    """The i-th character of a CJK text that does not repeat itself."""
+    return chr(0x4E00 + i * i * 7919 % 20_000)
+
+
+def payload_of(data: str) -> dict:
+    payload = json.loads(data)
+    return payload if isinstance(payload, dict) else {}
+
+
+def openai_events(reply: dict) -> list[dict]:
+    """A chat completion as OpenAI streams it: a chunk per piece of the message (role first),
+    the finish reason in the last, then a chunk of usage alone (stream_options.include_usage).
+    A body that is no completion (an error, a stranger shape) is one event as it is."""
+    if not isinstance(reply.get("choices"), list):
+        return [reply]
+    head = {k: reply[k] for k in ("id", "created", "model") if k in reply}
+    head["object"] = "chat.completion.chunk"
+    events = []
+    for choice in reply["choices"]:
+        message = choice["message"]
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(part["text"] for part in content)
+        deltas: list[dict] = [{"role": "assistant", "content": ""}]
+        deltas += [{"content": piece} for piece in _pieces(content or "")]
+        if message.get("refusal"):
+            deltas.append({"refusal": message["refusal"]})
+        if message.get("tool_calls"):
+            deltas.append({"tool_calls": [{"index": 0, **message["tool_calls"][0]}]})
+        events += [
+            {**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas
+        ]
+        last = {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}
+        events.append({**head, "choices": [last]})
+    if not reply["choices"]:
+        events.append({**head, "choices": []})
+    if "usage" in reply:
+        events.append({**head, "choices": [], "usage": reply["usage"]})
+    return events
+
+
+def anthropic_events(reply: dict) -> list[dict]:
+    """A message as Anthropic streams it: message_start with the input usage, each content
+    block's start, deltas and stop, message_delta with the stop reason and output tokens,
+    message_stop. An error is the `error` event; a stranger shape one event as it is."""
+    if reply.get("type") != "message":
+        return [reply]
+    usage = dict(reply.get("usage") or {})
+    output = {"output_tokens": usage.pop("output_tokens")} if "output_tokens" in usage else None
+    start = {**reply, "content": [], "stop_reason": None}
+    start.pop("usage", None)
+    if "usage" in reply:
+        start["usage"] = {**usage, "output_tokens": 1}
+    events: list[dict] = [{"type": "message_start", "message": start}]
+    for index, block in enumerate(reply["content"]):
+        kind = block["type"]
+        opened = {**block, "text": ""} if kind == "text" else block
+        if kind == "thinking":
+            opened = {**block, "thinking": ""}
+        events.append({"type": "content_block_start", "index": index, "content_block": opened})
+        if kind == "text":
+            events += [
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "text_delta", "text": p},
+                }
+                for p in _pieces(block["text"])
+            ]
+        elif kind == "thinking":
+            delta = {"type": "thinking_delta", "thinking": block["thinking"]}
+            events.append({"type": "content_block_delta", "index": index, "delta": delta})
+        events.append({"type": "content_block_stop", "index": index})
+    stop = {"stop_reason": reply["stop_reason"], "stop_sequence": reply.get("stop_sequence")}
+    events.append({"type": "message_delta", "delta": stop, **({"usage": output} if output else {})})
+    events.append({"type": "message_stop"})
+    return events
+
+
+def _pieces(text: str, size: int = 24) -> list[str]:
+    """Text cut as a model streams it: a few words at a time."""
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def _key(handler: BaseHTTPRequestHandler) -> str:
@@ -357,6 +460,9 @@ class ModelServer:
         self.usage = {"input": 1200, "output": 80, "cache_creation": 30, "cache_read": 70}
         self.retry_after = "0.05"
         self.omit_usage = False
+        self.plain = False  # answer JSON even when the request asks for a stream
+        self.chunk_delay = 0.0  # seconds before each event of a streamed answer
+        self.streams: list[dict] = []  # per streamed answer: events sent, of how many, closed
         # A local server run without a key (llama.cpp, Ollama, vLLM): a request that carries
         # one anyway is answered 401, so that a test sees any key sent.
         self.keyless = False
@@ -476,8 +582,8 @@ class ModelServer:
             text = ""
         elif fault == "whitespace":
             text = "  \n\t "
-        elif fault == "overlong":
-            text = "x" * (len(json.dumps(body)) * 2)
+        elif fault == "overlong":  # words that do not repeat: too long, not repetitive
+            text = " ".join(f"w{i * 7919 % 100_003:x}" for i in range(len(json.dumps(body)) // 3))
         elif fault == "control_chars":
             text = CONTROL_SUMMARY
         elif fault == "summary_echo":
@@ -485,12 +591,54 @@ class ModelServer:
         elif fault == "invisible":
             text = INVISIBLE_SUMMARY
         elif fault == "wide_summary":
-            text = "要" * (len(self.conversation(body)) // 2)
+            text = "".join(wide(i) for i in range(len(self.conversation(body)) // 2))
+        elif fault == "repeat":
+            text = REPEATED_SENTENCE * REPEAT_TIMES
         payload = self._anthropic(text, fault) if anthropic else self._openai(text, fault)
         data = json.dumps(payload).replace("{key}", _key(handler))
         if fault == "surrogate":  # JSON may escape a lone surrogate; Python decodes it
             data = data.replace("SURROGATE", "\\ud800")
+        if body.get("stream") and not self.plain:
+            payload = json.loads(data)  # the key and surrogate as the JSON would carry them
+            events = anthropic_events(payload) if anthropic else openai_events(payload)
+            self._send_events(handler, events, anthropic, stall=fault == "stall")
+            return
+        if self.chunk_delay:  # a model writes as slowly whether it streams or not
+            time.sleep(self.chunk_delay * len(openai_events(payload_of(data))))
         self._send_raw(handler, Reply(200, raw=data.encode()))
+
+    def _send_events(self, handler, events: list[dict], anthropic: bool, stall: bool) -> None:
+        """A streamed answer, one event per chunk, paced by chunk_delay; a stalled one stops
+        after its first events and keeps the connection open."""
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream")
+        handler.send_header("transfer-encoding", "chunked")
+        handler.send_header("x-request-id", "req_test_1")
+        handler.end_headers()
+        record = {"events": 0, "of": len(events), "closed": False}
+        self.streams.append(record)
+        frames = [
+            (f"event: {e['type']}\n" if anthropic and "type" in e else "")
+            + f"data: {json.dumps(e)}\n\n"
+            for e in events
+        ]
+        if not anthropic:
+            frames.append("data: [DONE]\n\n")
+        try:
+            for n, frame in enumerate(frames):
+                if stall and n == 3:
+                    self._stop.wait(30)
+                    return
+                if self.chunk_delay:
+                    time.sleep(self.chunk_delay)
+                data = frame.encode()
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                handler.wfile.flush()
+                record["events"] = min(n + 1, len(events))
+            handler.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            record["closed"] = True
+            raise
 
     def _openai(self, text: str, fault: str | None) -> dict:
         message: dict = {"role": "assistant", "content": text, "refusal": None}
@@ -521,7 +669,7 @@ class ModelServer:
                 ],
             )
             choice["finish_reason"] = "tool_calls"
-        elif fault in ("truncated", "window_exceeded"):
+        elif fault in ("truncated", "window_exceeded", "repeat"):
             choice["finish_reason"] = "length"
         elif fault == "content_filter":
             message["content"] = "Summary: the user asked the agent to"
@@ -575,6 +723,7 @@ class ModelServer:
         stops = {
             "tool_call": "tool_use",
             "truncated": "max_tokens",
+            "repeat": "max_tokens",
             "content_filter": "refusal",
             "refusal": "refusal",
             "pause_turn": "pause_turn",

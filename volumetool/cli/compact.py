@@ -48,7 +48,19 @@ TUNING = (
         None,
         "Fail a summary that keeps less than this share (0-1) of the fold's hard facts.",
     ),
-    ("--timeout", Seconds(minimum=0.1), 60.0, "Bound on each model request, in seconds."),
+    (
+        "--timeout",
+        Seconds(minimum=0.1),
+        60.0,
+        "Longest wait for the model's next bytes, in seconds (answers stream: a slow model "
+        "still writing is not cut off).",
+    ),
+    (
+        "--max-answer-seconds",
+        Seconds(minimum=1),
+        600.0,
+        "Bound on one whole answer, however steadily it streams, in seconds.",
+    ),
     (
         "--retries",
         click.IntRange(min=0, max=10),

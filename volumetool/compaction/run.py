@@ -81,6 +81,7 @@ class Request:
     min_fold_tokens: int = 200
     min_retention: float | None = None
     timeout: float = 60.0
+    max_answer_seconds: float = 600.0
     concurrency: int = 4
     wait: float = 0.0
     busy_timeout: float = 5.0
@@ -215,6 +216,7 @@ def resolve_endpoint(request: Request, need_key: bool) -> tuple[str | None, Endp
         check_api_key(key, key_env),
         request.max_summary_tokens,
         request.timeout,
+        request.max_answer_seconds,
         auth=settings.auth if same_api else None,
         api_version=settings.api_version if same_api else None,
         max_tokens_param=settings.max_tokens_param if api == "openai" else "max_tokens",
@@ -232,6 +234,8 @@ def check_request(request: Request) -> None:
         )
     if not math.isfinite(request.timeout) or request.timeout <= 0:
         raise UnusableInput("--timeout must be a finite number of seconds")
+    if not math.isfinite(request.max_answer_seconds) or request.max_answer_seconds <= 0:
+        raise UnusableInput("--max-answer-seconds must be a finite number of seconds")
     if request.min_retention is not None and not 0 <= request.min_retention <= 1:
         raise UnusableInput("--min-retention is a share of the facts, from 0 to 1")
     system = system_prompt(request.prompt, request.instructions)
