@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -47,6 +48,42 @@ def test_every_command_and_group_has_help_with_an_example(run_cli, command):
     invocation = " ".join(["volumetool", *command])
     examples = [line.strip() for line in lines[heading + 1 :] if line.startswith("  ")]
     assert any(e.startswith(invocation) for e in examples), (invocation, examples)
+
+
+@pytest.mark.parametrize("command", list(command_tree())[1:], ids=" ".join)
+def test_every_option_says_what_it_does(command):
+    """`runs --status` had no help text; no option goes without one."""
+    import click
+
+    bare = [p.opts for p in resolved(command).params if isinstance(p, click.Option) and not p.help]
+    assert bare == [], f"volumetool {' '.join(command)}: options without help: {bare}"
+
+
+def test_since_help_names_every_duration_it_takes(run_cli):
+    """`--since 2w` works; the help says so, and so does the error for a wrong one."""
+    from volumetool.timefmt import parse_since
+
+    for unit in ("30s", "90m", "12h", "7d", "2w"):
+        parse_since(unit)
+        assert unit in " ".join(run_cli("runs", "--help").stdout.split())
+    assert "2w" in run_cli("audit", "VOL", "--since", "fortnight").stderr
+
+
+def test_counts_agree_with_their_nouns():
+    from volumetool.render import plural
+
+    assert [plural(n, "thread") for n in (0, 1, 2)] == ["0 threads", "1 thread", "2 threads"]
+    assert plural(1, "summary") == "1 summary" and plural(3, "summary") == "3 summaries"
+    assert plural(2, "kept summary") == "2 kept summaries" and plural(2, "day") == "2 days"
+    assert plural(1_200, "memory") == "1,200 memories"
+    sources = Path(__file__).parent.parent / "volumetool"
+    hedged = [
+        f"{path.relative_to(sources)}:{n}: {line.strip()}"
+        for path in sources.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\}[ \w]*[a-z]\((s|es|ies)\)", line)  # `{count} thread(s)`
+    ]
+    assert hedged == [], "a count with a hedged plural: use render.plural"
 
 
 def test_the_tree_reaches_every_subcommand():

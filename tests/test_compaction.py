@@ -225,7 +225,7 @@ def test_dry_run_is_read_only_and_calls_no_model(run_cli, volume, server):
     assert server.requests == []
     assert volume["path"].read_bytes() == before
     text = compact(run_cli, volume, "--dry-run", key=None).stdout
-    assert "discord:1: would compact 3 turn(s), 10 message(s)" in text
+    assert "discord:1: would compact 3 turns, 10 messages" in text
 
 
 def test_force_compacts_a_named_thread_that_is_not_due(run_cli, volume, server):
@@ -670,7 +670,7 @@ def test_a_thread_that_keeps_failing_backs_off(run_cli, volume, server):
     [outcome] = json.loads(result.stdout)
     # ...and still red (SPEC 13): a due thread left uncompacted is a problem, exit 1
     assert (outcome["status"], outcome["reason"], result.exit_code) == ("skipped", "backing_off", 1)
-    assert "backing off after 1 failed compaction(s): next try at" in outcome["error"]
+    assert "backing off after 1 failed compaction: next try at" in outcome["error"]
     assert len(server.requests) == 1
     lines = compact(run_cli, volume)
     assert lines.exit_code == 1
@@ -768,7 +768,7 @@ def test_each_result_line_says_what_happened_in_one_line():
             output_tokens=None,
             saved_tokens=1500,
             run_id=9,
-        ).line(): "v/agent.db k\\x1b: compacted 2 turn(s), 5 message(s) with m; 1,200 in, ? out, "
+        ).line(): "v/agent.db k\\x1b: compacted 2 turns, 5 messages with m; 1,200 in, ? out, "
         "~1,500 saved; run 9",
         Outcome(
             **base,
@@ -778,7 +778,7 @@ def test_each_result_line_says_what_happened_in_one_line():
             estimated_tokens=3000,
             last_input_tokens=60000,
             threshold=50000,
-        ).line(): "v/agent.db k\\x1b: would compact 1 turn(s), 2 message(s), ~3,000 tokens; last "
+        ).line(): "v/agent.db k\\x1b: would compact 1 turn, 2 messages, ~3,000 tokens; last "
         "input 60,000 (threshold 50,000); model (none set)",
         Outcome(
             **base,
@@ -790,7 +790,7 @@ def test_each_result_line_says_what_happened_in_one_line():
             run_id=2,
             retention=0.5,
             missing_facts=["a\x1b", "b"],
-        ).line(): "v/agent.db k\\x1b: compacted 1 turn(s), 1 message(s) with m; ? in, ? out, "
+        ).line(): "v/agent.db k\\x1b: compacted 1 turn, 1 message with m; ? in, ? out, "
         "~10 saved, 50% of the facts kept (lost: a\\x1b, b); run 2",
         Outcome(**base, status="failed", error="HTTP 500\nx", run_id=4).line(): (
             "v/agent.db k\\x1b: failed: HTTP 500\\nx (run 4)"

@@ -79,7 +79,7 @@ def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, serv
     code, err = interrupt(proc)
     assert code == 130, err
     assert err.splitlines() == [
-        "volumetool: interrupted; the 2 model call(s) under way are recorded as failed runs"
+        "volumetool: interrupted; the 2 model calls under way are recorded as failed runs"
         " (the provider may bill them); what was committed before stays"
     ]
     runs = compaction_runs(w.path)
@@ -149,7 +149,7 @@ def test_ctrl_c_in_a_fold_sent_in_parts_keeps_what_the_parts_that_answered_repor
     exit_code, err = interrupt(proc, signum)
     assert exit_code == code, err
     assert err.splitlines() == [
-        "volumetool: interrupted; the 1 model call(s) under way are recorded as failed runs"
+        "volumetool: interrupted; the 1 model call under way is recorded as a failed run"
         " (the provider may bill them); what was committed before stays"
     ]
     # The first part answered and reported its usage; the second is under way.

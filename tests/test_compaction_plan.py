@@ -533,7 +533,7 @@ def test_every_verdict_carries_its_figures():
         ),
         (
             check_due(ON, agent, 2),
-            Due(False, "only 2 live turn(s); at least 3 are needed", 60_000, 50_000),
+            Due(False, "only 2 live turns; at least 3 are needed", 60_000, 50_000),
         ),
         (check_due(ON, agent, 3), Due(True, "60,000 >= 50,000 input tokens", 60_000, 50_000)),
     ]

@@ -183,7 +183,7 @@ def test_unreadable_volumes_are_rows_with_their_error_and_the_worst_exit_code(
         assert {k: v for k, v in row.items() if k not in ("path", "error")} == dict.fromkeys(
             ROW[1:-1]
         )
-    assert "2 of 4 volume(s) not read" in result.stderr
+    assert "2 of 4 volumes not read" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -285,7 +285,7 @@ def test_one_volume_keeps_the_single_object_and_text_view(fleet, config, run_cli
     assert with_config["due"] == 1 and set(with_config) == set(totals) | {"due"}
     text = run_cli("status", path, "--config", config).stdout
     assert re.search(r"^threads +2 active, 1 archived$", text, re.M)
-    assert re.search(r"^due +1 threads$", text, re.M)
+    assert re.search(r"^due +1 thread$", text, re.M)  # not "1 threads"
     nl = run_cli("status", path, "--nl").stdout  # another listing format: the row
     assert list(json.loads(nl)) == ROW
 

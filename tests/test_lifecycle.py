@@ -157,8 +157,8 @@ def test_a_dry_run_predicts_the_prune_exactly_and_writes_nothing(tmp_path, run_c
     assert file_digest(path) == digest
     real = run_cli("prune", path, "--archived-before", "2026-11-01", "--json")
     assert {**json.loads(dry.stdout), "dry_run": False} == json.loads(real.stdout)
-    assert "would prune 11 archived thread(s)" in dry.stderr
-    assert "pruned 11 archived thread(s)" in real.stderr
+    assert "would prune 11 archived threads" in dry.stderr
+    assert "pruned 11 archived threads" in real.stderr
 
 
 def test_a_prune_with_nothing_to_prune_writes_nothing(tmp_path, run_cli):
@@ -166,7 +166,7 @@ def test_a_prune_with_nothing_to_prune_writes_nothing(tmp_path, run_cli):
     digest = file_digest(path)
     result = run_cli("prune", path, "--archived-before", "2026-09-01")
     assert result.exit_code == 0, result
-    assert "pruned 0 archived thread(s)" in result.stderr
+    assert "pruned 0 archived threads" in result.stderr
     assert file_digest(path) == digest
 
 
@@ -465,7 +465,7 @@ def test_erase_asks_first_and_an_unanswered_prompt_erases_nothing(tmp_path, run_
     digest = file_digest(path)
     unanswered = run_cli("erase", path, "--key", "telegram:ana", input="")
     assert unanswered.exit_code == 1
-    assert "Erase 2 thread(s) under 'telegram:ana'" in unanswered.stderr
+    assert "Erase 2 threads under 'telegram:ana'" in unanswered.stderr
     assert file_digest(path) == digest
     declined = run_cli("erase", path, "--key", "telegram:ana", input="n\n")
     assert declined.exit_code == 1 and file_digest(path) == digest
@@ -484,7 +484,7 @@ def test_a_prompt_with_stdin_closed_is_unanswered_and_erases_nothing(tmp_path):
     done = run_vt("erase", path, "--key", "telegram:ana", preexec_fn=lambda: os.close(0))
     assert done.returncode == 1, done
     assert b"internal error" not in done.stderr and b"Traceback" not in done.stderr
-    assert b"Erase 2 thread(s) under 'telegram:ana'" in done.stderr
+    assert b"Erase 2 threads under 'telegram:ana'" in done.stderr
     assert file_digest(path) == digest
 
 
@@ -560,7 +560,7 @@ def test_an_erase_whose_scrub_could_not_finish_scrubs_when_run_again(tmp_path, r
         "--busy-timeout",
         "0.2",
     )
-    assert_clean_error(busy, 4, "erased 2 thread(s)", "not scrubbed yet")
+    assert_clean_error(busy, 4, "erased 2 threads", "not scrubbed yet")
     assert holds(path, MARKER)  # the rewritten pages wait in the WAL, the old ones in the file
     reader.execute("ROLLBACK")
     again = run_cli("erase", path, "--key", "telegram:ana", "--yes")
@@ -675,8 +675,8 @@ def test_repeated_keys_and_prefixes_erase_everything_named_in_one_transaction(tm
     assert (detail["threads"], detail["memories"]) == (4, 2) and "key" not in detail
     report = json.loads(result.stdout)
     assert (report["threads"], report["memories"], report["absent_keys"]) == (4, 2, [])
-    assert "erased 4 thread(s) under 'telegram:ana', 'discord:bob'" in result.stderr
-    assert "2 memory(ies) under 'ana.', 'bob.'" in result.stderr
+    assert "erased 4 threads under 'telegram:ana', 'discord:bob'" in result.stderr
+    assert "2 memories under 'ana.', 'bob.'" in result.stderr
 
 
 def test_a_repeated_key_with_nothing_under_it_erases_the_others_and_exits_1(tmp_path, run_cli):
@@ -718,9 +718,9 @@ def test_an_interrupt_after_the_delete_committed_says_it_is_committed(
     result = run_cli(command, path, *args)
     assert_clean_error(result, 130)
     done = {
-        "erase": "erased 2 thread(s) under 'telegram:ana' (committed), but the file is not"
+        "erase": "erased 2 threads under 'telegram:ana' (committed), but the file is not"
         " scrubbed yet — run the same erase again to scrub",
-        "prune": "pruned 1 thread(s) (committed), but the search index or the vacuum did not"
+        "prune": "pruned 1 thread (committed), but the search index or the vacuum did not"
         " finish — run the same prune again",
     }[command]
     assert result.stderr.startswith(f"volumetool: {path}: interrupted; {done}"), result.stderr

@@ -174,7 +174,7 @@ def incoming(tmp_path):
 def test_conflicts_fail_by_default_and_write_nothing(vol, run_cli, incoming):
     before = file_digest(vol)
     result = run_cli("memories", "import", vol, incoming)
-    assert_clean_error(result, 1, "1 key(s) exist with a different value", "'user.tz'")
+    assert_clean_error(result, 1, "1 key exists with a different value", "'user.tz'")
     assert file_digest(vol) == before
 
 
@@ -245,7 +245,7 @@ def test_dry_run_with_a_conflict_lists_it_and_exits_1_like_the_real_import(vol, 
     before = file_digest(vol)
     dry = run_cli("memories", "import", vol, incoming, "--dry-run")
     real = run_cli("memories", "import", vol, incoming)
-    assert_clean_error(real, 1, "1 key(s) exist with a different value", "'user.tz'")
+    assert_clean_error(real, 1, "1 key exists with a different value", "'user.tz'")
     assert dry.exit_code == 1
     assert dry.stdout.splitlines() == ["conflict\tuser.tz"]
     assert dry.stderr == real.stderr

@@ -23,6 +23,7 @@ from tests.test_schema import ROOT, normalized_schema
 from volumetool import migrations as migrations_module
 from volumetool.atomic import create_volume
 from volumetool.migrations import LEGACY_TABLES_0X, migrations
+from volumetool.timefmt import is_timestamp
 
 CALL = [
     {
@@ -247,7 +248,10 @@ def test_list_check_and_dry_run_change_nothing(tmp_path, run_cli):
     assert run_cli("migrate", path).exit_code == 0
     listed = json.loads(run_cli("migrate", path, "--list", "--json").stdout)
     assert [r["status"] for r in listed] == ["applied"] * every
-    assert all(r["applied_at"] for r in listed)
+    # in the form of every other timestamp (SPEC 2), not sqlite-utils' `2026-… +00:00`
+    assert all(is_timestamp(r["applied_at"]) for r in listed), listed
+    table = run_cli("migrate", path, "--list").stdout
+    assert "+00:00" not in table and listed[0]["applied_at"] in table
     assert run_cli("migrate", path, "--check").exit_code == 0
 
 

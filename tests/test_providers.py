@@ -1479,7 +1479,7 @@ def test_each_reason_a_named_thread_is_not_compacted_is_its_row(server, tmp_path
     backing = row("backed")
     until = datetime.fromisoformat(backing["error"].split("next try at ")[1].split(" (")[0])
     assert backing == skipped("backed", backed, backing["error"])
-    assert backing["error"].startswith("backing off after 1 failed compaction(s): next try at ")
+    assert backing["error"].startswith("backing off after 1 failed compaction: next try at ")
     assert backing["status"] == "skipped"
     assert timedelta(minutes=9) < until - datetime.now(UTC) <= timedelta(minutes=10)
     assert row("short", force=True) == skipped(

@@ -194,7 +194,7 @@ def test_each_active_thread_is_shown_against_the_threshold_with_its_state(tmp_pa
     labels = [t.text for t in nearest.iter(f"{SVG}text") if t.get("class") == "label"]
     states = [t.text for t in nearest.iter(f"{SVG}text") if t.get("class", "").startswith("state")]
     assert labels == ["k:two-turns", "k:due", "k:under"]  # largest first; no figure, no bar
-    assert states == ["over, only 2 live turn(s)", "due now", "under (40%)"]
+    assert states == ["over, only 2 live turns", "due now", "under (40%)"]
     assert "threshold 1,000 input tokens" in text_of(nearest)
     shown = text_of(root)
     assert "4 active threads: 1 due for compaction now, 1 at or over" in shown

@@ -66,7 +66,7 @@ def test_reset_deletes_messages_and_summary(vol, run_cli):
 def test_reset_asks_first(vol, run_cli):
     declined = run_cli("thread", "reset", vol["path"], "slack:T1/C2", input="n\n")
     assert declined.exit_code == 1
-    assert "Delete the 6 message(s)" in declined.stderr
+    assert "Delete the 6 messages" in declined.stderr
     assert query(vol["path"], "SELECT count(*) FROM messages") == [(6,)]
     closed = run_cli("thread", "reset", vol["path"], "slack:T1/C2", input="")
     assert closed.exit_code == 1
@@ -105,7 +105,7 @@ def test_thread_undo_asks_then_reverses_the_latest_compaction(run_cli, writer):
     )
     result = run_cli("thread", "undo", writer.path, "k", input="y\n")
     assert result.exit_code == 0, result
-    assert "2 message(s) live again" in result.stderr
+    assert "2 messages live again" in result.stderr
     assert writer.conn.execute("SELECT summary FROM sessions WHERE id = ?", (s,)).fetchone() == (
         None,
     )

@@ -283,7 +283,7 @@ def test_directories_are_recursed_and_findings_sorted(configs, run_cli):
         f"{configs}/sub/warn.yml:2:15: warning: $.memory.persistent: on is read as true only by"
         " YAML 1.1 parsers; write true [persistent-yaml11-bool]",
     ]
-    assert "3 files checked: 1 error(s), 1 warning(s), 0 note(s)" in result.stderr
+    assert "3 files checked: 1 error, 1 warning, 0 notes" in result.stderr
 
 
 def test_exit_codes(configs, run_cli):

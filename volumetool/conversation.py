@@ -215,10 +215,11 @@ _STAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})")
 
 
 def _when(stamp: object) -> str | None:
+    """A message's time to the minute, labelled UTC, as every volume timestamp is (SPEC 2)."""
     if stamp is None:
         return None
     match = _STAMP.match(str(stamp))
-    return f"{match[1]} {match[2]}" if match else _field(stamp)
+    return f"{match[1]} {match[2]} UTC" if match else _field(stamp)
 
 
 def header_fields(entry: Entry) -> tuple[str, list[str], list[str], list[str]]:

@@ -39,6 +39,7 @@ from volumetool.errors import (
     VolumetoolError,
 )
 from volumetool.memories import prefix_range
+from volumetool.render import plural
 from volumetool.search import index
 from volumetool.timefmt import now_iso
 from volumetool.usage import total_sql
@@ -371,7 +372,7 @@ def erase(
         done = erase_rows(conn, keys, memories_prefixes)
     with _after_commit(
         volume,
-        f"erased {done.threads} thread(s) under {_quoted(keys)}",
+        f"erased {plural(done.threads, 'thread')} under {_quoted(keys)}",
         "the file is not scrubbed yet",
         "run the same erase again to scrub (the erased text may remain in free space or"
         " the WAL until then)",
@@ -406,7 +407,7 @@ def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:
         done = prune(conn, before)
     with _after_commit(
         volume,
-        f"pruned {done.threads} thread(s)",
+        f"pruned {plural(done.threads, 'thread')}",
         "the search index or the vacuum did not finish",
         "run the same prune again",
     ):

@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 from volumetool import audit
 from volumetool.errors import ProblemsFound, UnusableInput
-from volumetool.render import BIDI_CHARS, CONTROL_CHARS, SURROGATES, listing_limit
+from volumetool.render import BIDI_CHARS, CONTROL_CHARS, SURROGATES, listing_limit, plural
 from volumetool.timefmt import TIMESTAMP_FORM, is_timestamp, now_iso
 
 MEMORY_FIELDS = ("key", "value", "created_at", "updated_at")
@@ -436,7 +436,8 @@ def refuse_conflicts(
     if count:
         more = f" and {count - len(shown)} more" if count > len(shown) else ""
         raise ProblemsFound(
-            f"{count} key(s) exist with a different value: {', '.join(shown)}{more};"
+            f"{plural(count, 'key')} {'exists' if count == 1 else 'exist'} with a different "
+            f"value: {', '.join(shown)}{more};"
             " nothing was imported",
             "--on-conflict skip keeps them, --on-conflict overwrite replaces them",
         )

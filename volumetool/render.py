@@ -263,6 +263,18 @@ def _cell(value: object) -> str:
     return "\n".join(textwrap.wrap(text, FLAT_WIDTH) or [""])
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun, in the singular for 1: `1 thread`, `2 threads`, `1 summary`,
+    `3 summaries`, `1,200 messages`. `nouns` gives a plural that is not -s or consonant-y -ies."""
+    if count == 1:
+        return f"{count:,} {noun}"
+    if nouns is None:
+        last = noun.rsplit(" ", 1)[-1]
+        consonant_y = last.endswith("y") and len(last) > 1 and last[-2] not in "aeiou"
+        nouns = noun[:-1] + "ies" if consonant_y else noun + "s"
+    return f"{count:,} {nouns}"
+
+
 def one_line(text: str, limit: int = 500) -> str:
     """Text from elsewhere (a server's error, a planted value) as one escaped line of at most
     `limit` characters, safe to print and to store."""

@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from volumetool.render import plural
+
 MAX_SHARDS = 1_000_000
 _FORM = re.compile(r"([0-9]{1,20})/([0-9]{1,20})")
 
@@ -95,4 +97,4 @@ def note_empty(given: Sequence[str], shard: Shard | None, selected: Sequence[str
     """The line for stderr when a shard got none of the volumes: it succeeds, doing nothing."""
     if shard is None or selected:
         return None
-    return f"shard {shard} holds none of the {len(given)} volume(s) given: nothing to do"
+    return f"shard {shard} holds none of the {plural(len(given), 'volume')} given: nothing to do"

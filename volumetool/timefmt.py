@@ -53,7 +53,8 @@ def now_iso() -> str:
 
 
 def parse_since(text: str, now: datetime | None = None) -> str:
-    """Turn `--since` (an ISO date/time, or a duration like `90m`, `12h`, `7d`) into a timestamp.
+    """Turn `--since` (an ISO date/time, or a duration: `30s`, `90m`, `12h`, `7d`, `2w`) into a
+    timestamp.
 
     Times without an offset are taken as UTC. Raises ValueError with a one-line reason, also for
     a moment outside the years 1 to 9999 (`800000d`, `99999999999w`).
@@ -84,5 +85,5 @@ def _parse_moment(text: str) -> datetime:
     except ValueError:
         raise ValueError(
             f"{_shown(text)} is neither an ISO date/time (2026-11-30, 2026-11-30T05:00Z) "
-            "nor a duration (90m, 12h, 7d)"
+            "nor a duration (30s, 90m, 12h, 7d, 2w)"
         ) from None

@@ -17,6 +17,7 @@ from volumetool.atomic import remove_stale_stages
 from volumetool.backup import backup
 from volumetool.errors import Interrupted, ProblemsFound, SchemaMismatch, VolumetoolError
 from volumetool.format import BOOKKEEPING_TABLES, MIGRATIONS, Schema
+from volumetool.timefmt import iso
 from volumetool.volume import (
     SchemaState,
     Volume,
@@ -29,9 +30,22 @@ from volumetool.volume import (
 MIGRATION_FIELDS = ("migration", "status", "applied_at")
 
 
+def applied_stamp(text: str | None) -> str | None:
+    """When a migration was applied, in the form of every other timestamp volumetool shows
+    (`2026-11-30T05:27:20.123Z`, SPEC 2): sqlite-utils records Python's text of a datetime
+    (`2026-11-30 05:27:20.123456+00:00`). Text that is no time is shown as it is."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    return iso(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+
+
 def migration_rows(state: SchemaState) -> list[dict]:
     """--list: every migration of the set, applied (with time), pending, or unknown (newer)."""
-    applied = dict(state.applied)
+    applied = {name: applied_stamp(at) for name, at in state.applied}
     rows = [
         {
             "migration": name,

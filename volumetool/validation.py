@@ -20,7 +20,7 @@ from volumetool.config import (
     looks_like_agent_config,
     read_source,
 )
-from volumetool.render import dumps, escape_control
+from volumetool.render import dumps, escape_control, plural
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -71,8 +71,8 @@ class Report:
         unreadable = sum(1 for r in self.files if r.unreadable)
         files = len(self.files) - unreadable
         text = (
-            f"{files} file{'s' * (files != 1)} checked: {counts['error']} error(s), "
-            f"{counts['warning']} warning(s), {counts['note']} note(s)"
+            f"{plural(files, 'file')} checked: {plural(counts['error'], 'error')}, "
+            f"{plural(counts['warning'], 'warning')}, {plural(counts['note'], 'note')}"
         )
         if unreadable:
             text += f", {unreadable} unreadable"

@@ -46,6 +46,7 @@ from volumetool.format import (
     normalize_sql,
     virtual_module,
 )
+from volumetool.render import plural
 
 DB_NAME = "agent.db"
 DEFAULT_BUSY_TIMEOUT = 5.0
@@ -178,7 +179,11 @@ def require_current(state: SchemaState, path: Path) -> None:
             "upgrade volumetool",
         )
     if state.pending:
-        what = "a runtime 0.x file" if state.legacy else f"{len(state.pending)} migration(s) behind"
+        what = (
+            "a runtime 0.x file"
+            if state.legacy
+            else f"{plural(len(state.pending), 'migration')} behind"
+        )
         raise SchemaMismatch(f"{path}: {what}", f"run: volumetool migrate {path}")
 
 

@@ -7,6 +7,7 @@ import time
 import click
 
 from volumetool.cli.options import Command, say, volume_argument
+from volumetool.render import plural
 
 
 @click.command(cls=Command, short_help="Create a new, empty agent file.")
@@ -79,7 +80,8 @@ def demo(volume: str, sessions: int, seed: int, name: str, config_out: str | Non
     counts = demo_volume.build(path, sessions, seed, name, config_path)
     took = time.monotonic() - started
     say(
-        f"wrote {path}: {counts.sessions:,} threads, {counts.messages:,} messages, "
-        f"{counts.runs:,} runs, {counts.audit:,} audit events, {counts.memories:,} memories "
+        f"wrote {path}: {plural(counts.sessions, 'thread')}, {plural(counts.messages, 'message')}, "
+        f"{plural(counts.runs, 'run')}, {plural(counts.audit, 'audit event')}, "
+        f"{plural(counts.memories, 'memory')} "
         f"in {took:.1f}s" + (f"; config {config_path}" if config_path else "")
     )

@@ -27,7 +27,7 @@ from volumetool.cli.options import (
     volume_argument,
     volumes_argument,
 )
-from volumetool.render import Listing, render_document
+from volumetool.render import Listing, plural, render_document
 
 
 def _open(volume: str, busy_timeout: float):
@@ -119,7 +119,7 @@ def _totals_lines(totals: dict, word: str) -> list[tuple[str, str]]:
         )
     ]
     if "due" in totals:
-        threads.append(("due", f"{totals['due']:,} threads"))
+        threads.append(("due", plural(totals["due"], "thread")))
     return [
         ("agent", totals["agent"] or "(unnamed)"),
         ("path", totals["path"]),
@@ -175,7 +175,7 @@ def _status_of_many(selected, memory, prometheus, output, tablefmt, limit, busy_
         if prometheus:  # the text cannot say why: stderr does
             for volume in failed:
                 say(f"{volume.path}: {volume.error}")
-        say(f"{len(failed)} of {len(read)} volume(s) not read")
+        say(f"{len(failed)} of {plural(len(read), 'volume')} not read")
     sys.exit(worst_exit_code(v.exit_code for v in read))
 
 
@@ -188,6 +188,7 @@ def _status_of_many(selected, memory, prometheus, output, tablefmt, limit, busy_
     type=click.Choice(["active", "archived", "all"]),
     default="active",
     show_default=True,
+    help="Which threads: the active one of each key, archived ones (/new), or all.",
 )
 @click.option("--due", is_flag=True, help="Add a `due` column: is compaction due? (--config)")
 @click.option("--config", "config_file", metavar="FILE", help="The agent YAML, for --due.")
@@ -360,7 +361,11 @@ def _show_conversation(rows, view, key, color, no_pager, full_args, max_chars) -
 @volume_argument
 @click.option("--key", metavar="K", help="Runs of the threads under this conversation key.")
 @click.option("--trigger", metavar="T", help="message, webhook, schedule, manual, compaction…")
-@click.option("--status", type=click.Choice(["ok", "error"]))
+@click.option(
+    "--status",
+    type=click.Choice(["ok", "error"]),
+    help="Only runs that succeeded (ok) or failed (error), compaction runs included.",
+)
 @since_option("runs started")
 @output_options
 @busy_timeout_option

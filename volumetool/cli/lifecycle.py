@@ -21,6 +21,7 @@ from volumetool.cli.options import (
     volume_argument,
     wait_option,
 )
+from volumetool.render import plural
 
 
 @click.command(cls=Command, short_help="Full-text search of messages, summaries and memories.")
@@ -105,14 +106,16 @@ def search(
     emit(rows, SEARCH_FIELDS, output, tablefmt, limit, "results")
 
 
-def _deletion_line(verb: str, threads: str, done, memories: str = "") -> str:
-    """`verb THREADS (counts)[ and MEMORIES]; runs and audit events stay, detached`."""
+def _deletion_line(verb: str, threads: tuple[str, str], done, memories: str = "") -> str:
+    """`verb N THREADS WHERE (counts)[ and MEMORIES]; runs and audit events stay, detached`;
+    `threads` is the noun and where they are."""
+    noun, where = threads
     stay = "would stay" if verb.startswith("would") else "stay"
     return (
-        f"{verb} {done.threads:,} {threads} ({done.messages:,} message(s),"
-        f" {done.summaries:,} summary(ies), {done.kept_summaries:,} kept summary(ies))"
-        f"{memories}; {done.runs_detached:,} run(s) and {done.audit_detached:,} audit"
-        f" event(s) {stay}, detached"
+        f"{verb} {plural(done.threads, noun)} {where} ({plural(done.messages, 'message')},"
+        f" {plural(done.summaries, 'summary')}, {plural(done.kept_summaries, 'kept summary')})"
+        f"{memories}; {plural(done.runs_detached, 'run')} and"
+        f" {plural(done.audit_detached, 'audit event')} {stay}, detached"
     )
 
 
@@ -168,7 +171,7 @@ def prune(volume, before, dry_run, vacuum, as_json, wait, busy_timeout) -> None:
             )
         )
     verb = "would prune" if dry_run else "pruned"
-    say(_deletion_line(verb, f"archived thread(s) last updated before {before}", done) + extra)
+    say(_deletion_line(verb, ("archived thread", f"last updated before {before}"), done) + extra)
 
 
 @click.command(cls=Command, short_help="Erase every thread under a key: the right to be forgotten.")
@@ -217,12 +220,12 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
 
     keys = tuple(dict.fromkeys(keys))
     memories_prefixes = check_prefixes(memories_prefixes)
-    threads = f"thread(s) under {_quoted(keys)}"
+    threads = ("thread", f"under {_quoted(keys)}")
 
     def memories(done) -> str:
         if not memories_prefixes:
             return ""
-        return f" and {done.memories:,} memory(ies) under {_quoted(memories_prefixes)}"
+        return f" and {plural(done.memories, 'memory')} under {_quoted(memories_prefixes)}"
 
     def confirm(planned) -> None:
         if not yes:

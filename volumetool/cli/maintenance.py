@@ -21,6 +21,7 @@ from volumetool.cli.options import (
     volumes_argument,
     wait_option,
 )
+from volumetool.render import plural
 
 
 @click.command(cls=Command, short_help="Bring agent files to the current format (0.x too).")
@@ -206,7 +207,7 @@ def check(volumes, as_json, shard, busy_timeout) -> None:
             else:
                 for problem in found:
                     show(f"{path}: {problem.line()}")
-            verdict = f"{len(found)} problem(s)" if found else "ok"
+            verdict = plural(len(found), "problem") if found else "ok"
             say(f"{path}: {verdict}")
             codes.append(1 if found else 0)
     if as_json:

@@ -18,6 +18,7 @@ from volumetool.cli.options import (
     utf8_text,
     volume_argument,
 )
+from volumetool.render import plural
 
 
 @click.group(cls=Group)
@@ -163,7 +164,9 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
             replaceable_mode(target, EXPORT_STARTS, "memories export")
             with staged_file(target, mode=0o600, replace=True) as tmp, open(tmp, "wb") as out:
                 count = write_export(conn, out, fmt, name)
-    say(f"exported {count:,} memories" + (f" to {output_path}" if output_path != "-" else ""))
+    say(
+        f"exported {plural(count, 'memory')}" + (f" to {output_path}" if output_path != "-" else "")
+    )
 
 
 @memories.command(name="import", short_help="Import memories, all or nothing.")

@@ -332,8 +332,8 @@ def since_option(what: str) -> Callable:
     return click.option(
         "--since",
         metavar="WHEN",
-        help=f"Only {what} since an ISO date/time (2026-11-30, 2026-11-30T05:00Z) or a "
-        "duration ago (90m, 12h, 7d).",
+        help=f"Only {what} since an ISO date/time (2026-11-30, 2026-11-30T05:00Z; UTC unless "
+        "it names an offset) or a duration ago (30s, 90m, 12h, 7d, 2w).",
     )
 
 

@@ -14,6 +14,7 @@ from volumetool.cli.options import (
     shard_volumes,
     volumes_argument,
 )
+from volumetool.render import plural
 
 MAX_DAYS = 366
 
@@ -104,7 +105,7 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
 
         write_page(target, document)
         say(
-            f"wrote {output_path}: {len(reports)} volume(s)"
+            f"wrote {output_path}: {plural(len(reports), 'volume')}"
             + (f", {len(failures)} not read" if failures else "")
             + f", {len(document):,} bytes"
         )

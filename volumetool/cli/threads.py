@@ -12,6 +12,7 @@ from volumetool.cli.options import (
     say,
     volume_argument,
 )
+from volumetool.render import plural
 
 
 @click.group(cls=Group, short_help="/new, /reset and undoing a compaction.")
@@ -79,12 +80,12 @@ def reset(volume, key, yes, busy_timeout) -> None:
     def question(conn) -> str:
         session, _ = active_thread(conn, key)
         count = count_messages(conn, session)
-        return f"Delete the {count} message(s) and the summary of thread {session} ({key})?"
+        return f"Delete the {plural(count, 'message')} and the summary of thread {session} ({key})?"
 
     session, deleted = confirmed_write(
         volume, busy_timeout, yes, question, lambda conn: reset_thread(conn, key)
     )
-    say(f"deleted {deleted} message(s) and the summary of thread {session}")
+    say(f"deleted {plural(deleted, 'message')} and the summary of thread {session}")
 
 
 @thread.command()
@@ -108,13 +109,13 @@ def undo(volume, key, yes, busy_timeout) -> None:
         plan = plan_undo(conn, key)
         return (
             f"Undo compaction run {plan.run_id} of thread {plan.session_id}: "
-            f"{plan.messages} message(s) live again, {_restored(plan)}?"
+            f"{plural(plan.messages, 'message')} live again, {_restored(plan)}?"
         )
 
     done = confirmed_write(volume, busy_timeout, yes, question, lambda conn: reverse(conn, key))
     say(
         f"undid compaction run {done.run_id} of thread {done.session_id}: "
-        f"{done.messages} message(s) live again, {_restored(done)}"
+        f"{plural(done.messages, 'message')} live again, {_restored(done)}"
     )
 
 

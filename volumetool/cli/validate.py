@@ -8,7 +8,7 @@ import sys
 import click
 
 from volumetool.cli.options import Command, Group, say
-from volumetool.render import render_document
+from volumetool.render import plural, render_document
 
 
 @click.command(cls=Command, short_help="Check the memory: and model: blocks of agent configs.")
@@ -120,7 +120,7 @@ def show(file: str, as_json: bool) -> None:
     errors = sum(1 for f in findings if f.severity == "error")
     if settings is None or errors:
         raise ProblemsFound(
-            f"{file} has {errors} error(s); nothing to show",
+            f"{file} has {plural(errors, 'error')}; nothing to show",
             f"fix them (volumetool validate {file})",
         )
     effective = settings.as_dict()

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from volumetool.render import plural
 from volumetool.settings import MemorySettings
 
 MIN_LIVE_TURNS = 3
@@ -124,7 +125,7 @@ def check_due(
     if live_turns < MIN_LIVE_TURNS:
         return Due(
             False,
-            f"only {live_turns} live turn(s); at least {MIN_LIVE_TURNS} are needed",
+            f"only {plural(live_turns, 'live turn')}; at least {MIN_LIVE_TURNS} are needed",
             figure,
             threshold,
         )

@@ -52,7 +52,7 @@ from volumetool.compaction.summarize import Limits, Spent, Summary, SummaryFaile
 from volumetool.compaction.unrecorded import Pending, UnrecordedRun, record_kept
 from volumetool.errors import Busy, Interrupted, UnusableInput, VolumetoolError, worst_exit_code
 from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy, TlsContext
-from volumetool.render import escape_control, one_line
+from volumetool.render import escape_control, one_line, plural
 from volumetool.settings import API_DEFAULTS, AgentConfig, base_url_problem
 from volumetool.timefmt import iso, now_iso
 from volumetool.usage import Usage
@@ -123,7 +123,7 @@ class Outcome:
         """One line for people: every part that came from a volume or a server is escaped."""
         key = escape_control(self.conversation_key or "")
         where = f"{escape_control(self.volume)} {key}".rstrip()
-        fold = f"{self.folded_turns} turn(s), {self.folded_messages} message(s)"
+        fold = f"{plural(self.folded_turns, 'turn')}, {plural(self.folded_messages, 'message')}"
         model = escape_control(self.model or "(none set)")
         if self.status == "compacted":
             return (
@@ -347,7 +347,7 @@ class _Planner:
                 volume,
                 key,
                 session_id,
-                f"backing off after {facts.failures} failed compaction(s): next try at "
+                f"backing off after {plural(facts.failures, 'failed compaction')}: next try at "
                 f"{iso(until)} (--force tries now)",
                 due,
                 # A due thread left uncompacted is a problem of the pass (SPEC 13): a broken
@@ -803,9 +803,14 @@ def compact(
             except KeyboardInterrupt:
                 if not recorded:
                     raise  # nothing was under way: the volume says what became of its writes
+                recorded_as = (
+                    "is recorded as a failed run"
+                    if len(recorded) == 1
+                    else "are recorded as failed runs"
+                )
                 raise Interrupted(
-                    f"interrupted; the {len(recorded)} model call(s) under way are recorded as "
-                    "failed runs (the provider may bill them); what was committed before stays"
+                    f"interrupted; the {plural(len(recorded), 'model call')} under way "
+                    f"{recorded_as} (the provider may bill them); what was committed before stays"
                 ) from None
         outcomes = [*planner.outcomes, *done]
     return outcomes, worst_exit_code(o.exit_code for o in outcomes)

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from volumetool import audit
 from volumetool.compaction.plan import Due, Message, RunFact, check_due
+from volumetool.render import plural
 from volumetool.settings import MemorySettings
 from volumetool.threads import find_active
 from volumetool.usage import Usage
@@ -190,8 +191,8 @@ def conflict_reason(
     ).fetchone()
     if live != planned:
         return (
-            f"{live - planned} earlier message(s) became live again meanwhile (a compaction "
-            "was undone): folding now would put them out of order"
+            f"{plural(live - planned, 'earlier message')} became live again meanwhile (a "
+            "compaction was undone): folding now would put them out of order"
         )
     return None
 

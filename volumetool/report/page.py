@@ -11,6 +11,7 @@ import bisect
 from collections.abc import Sequence
 from datetime import datetime
 
+from volumetool.render import plural
 from volumetool.report.charts import (
     ALERT,
     PLAIN,
@@ -103,7 +104,7 @@ def page(
     """The whole document: a fleet table first when there is more than one volume (or one
     could not be read), then a section per volume in the order given."""
     subject = (
-        f"{len(reports) + len(failures)} volumes"
+        plural(len(reports) + len(failures), "volume")
         if len(reports) + len(failures) > 1
         else (reports[0].agent or reports[0].path)
     )
@@ -125,9 +126,9 @@ def page(
     intro = (
         f"<header><h1>Agent volumes: {text(subject)}</h1>"
         f'<p class="muted">Read {text(generated.strftime("%Y-%m-%d %H:%M"))} UTC by volumetool'
-        f" {text(version)}. Charts cover the {len(days)} days"
+        f" {text(version)}. Charts cover the {plural(len(days), 'day')}"
         + (f" {text(days[0])} to {text(days[-1])}" if days else "")
-        + f" (UTC); {threshold}. {len(reports)} volume(s) read"
+        + f" (UTC); {threshold}. {plural(len(reports), 'volume')} read"
         + (f", {len(failures)} could not be read" if failures else "")
         + ".</p></header>"
     )
@@ -282,7 +283,7 @@ def _tokens_figure(vid: str, r: VolumeReport) -> str:
         if total
     )
     desc = (
-        f"{total:,} tokens (input and output) over {len(r.days)} days"
+        f"{total:,} tokens (input and output) over {plural(len(r.days), 'day')}"
         + (f"; the busiest day {busiest} with {sum(table[busiest].values()):,}" if total else "")
         + (f"; by trigger: {shares}." if shares else "; no runs in these days.")
     )
@@ -432,9 +433,13 @@ def _compactions_figure(vid: str, r: VolumeReport) -> str:
     saved = sum(c.saved_tokens for c in r.compactions)
     failed_days = [c.day for c in r.compactions if c.failed]
     summary = (
-        f"{ok:,} compactions standing, {failed:,} failed, {undone:,} undone over"
-        f" {len(r.days)} days; about {saved:,} tokens saved"
-        + (f"; failures on {len(failed_days)} day(s), the last {failed_days[-1]}" if failed else "")
+        f"{plural(ok, 'compaction')} standing, {failed:,} failed, {undone:,} undone over"
+        f" {plural(len(r.days), 'day')}; about {saved:,} tokens saved"
+        + (
+            f"; failures on {plural(len(failed_days), 'day')}, the last {failed_days[-1]}"
+            if failed
+            else ""
+        )
         + "."
     )
     if not ok + failed + undone:
@@ -445,8 +450,8 @@ def _compactions_figure(vid: str, r: VolumeReport) -> str:
     saved_chart = bar_chart(
         f"{vid}-saved",
         "Tokens saved by compaction, per day",
-        f"About {saved:,} tokens saved over {len(r.days)} days (each compaction's own estimate;"
-        " undone ones not counted).",
+        f"About {saved:,} tokens saved over {plural(len(r.days), 'day')} (each compaction's own"
+        " estimate; undone ones not counted).",
         r.days,
         [Series("saved", "tokens saved", 4)],
         lambda day, key: days[day].saved_tokens,
