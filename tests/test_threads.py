@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 
@@ -120,3 +121,52 @@ def test_thread_undo_of_a_key_without_an_active_thread_is_exit_1(run_cli, writer
     writer.thread("k", status="archived")
     result = run_cli("thread", "undo", writer.path, "k", "--yes")
     assert result.exit_code == 1 and "no active thread" in result.stderr
+
+
+class AnswerAfter(io.BytesIO):
+    """stdin whose first read (the answer to the prompt) waits for `meanwhile` to happen."""
+
+    def __init__(self, answer: bytes, meanwhile) -> None:
+        super().__init__(answer)
+        self.meanwhile = meanwhile
+
+    def _first(self, size) -> None:
+        if size != 0 and self.meanwhile is not None:
+            self.meanwhile, meanwhile = None, self.meanwhile
+            meanwhile()
+
+    def read(self, size=-1):
+        self._first(size)
+        return super().read(size)
+
+    def read1(self, size=-1):
+        self._first(size)
+        return super().read1(size)
+
+    def readline(self, size=-1):
+        self._first(size)
+        return super().readline(size)
+
+
+def test_an_undo_confirmed_for_one_compaction_never_undoes_another(run_cli, writer):
+    """The prompt names run 1; a cron pass commits run 2 before the answer: "y" confirmed
+    run 1, so nothing is undone (exit 1) and the file is as run 2 left it."""
+    s = compacted_thread(writer)
+
+    def cron_compacts():
+        run = writer.run(s, trigger="compaction")
+        writer.conn.execute("UPDATE messages SET folded_by = ? WHERE folded_by IS NULL", (run,))
+        writer.conn.execute("UPDATE sessions SET summary = 'run 2' WHERE id = ?", (s,))
+        writer.insert("compactions", run_id=run, session_id=s, summary="run 2")
+
+    answer = AnswerAfter(b"y\n", cron_compacts)
+    result = run_cli("thread", "undo", writer.path, "k", input=answer)
+    question, error = result.stderr.splitlines()
+    assert question.startswith("Undo compaction run 1 of thread") and result.exit_code == 1
+    assert "is now run 2, not run 1 that was confirmed" in error and "nothing was changed" in error
+    conn = writer.conn
+    assert conn.execute("SELECT summary FROM sessions").fetchall() == [("run 2",)]
+    assert conn.execute("SELECT count(*) FROM compactions WHERE undone_at IS NULL").fetchone() == (
+        2,
+    )
+    assert conn.execute("SELECT count(*) FROM messages WHERE folded_by IS NULL").fetchone() == (0,)

@@ -95,7 +95,8 @@ def undo(volume, key, yes, busy_timeout) -> None:
     are live again and the summary before it is back (its run stays: its cost was real).
     Repeat to go further back. One transaction, safe beside the running agent: messages it
     appended since stay where they are. Asks first unless --yes; without an answer nothing
-    changes. Exit 1 when there is no active thread or nothing to undo.
+    changes; nor if another compaction is committed before the answer (exit 1). Exit 1 when
+    there is no active thread or nothing to undo.
 
     \b
     Example:
@@ -105,14 +106,20 @@ def undo(volume, key, yes, busy_timeout) -> None:
     from volumetool.compaction.undo import plan_undo
     from volumetool.compaction.undo import undo as reverse
 
+    asked: list[int] = []  # the run the question named: the one the answer confirms
+
     def question(conn) -> str:
         plan = plan_undo(conn, key)
+        asked.append(plan.run_id)
         return (
             f"Undo compaction run {plan.run_id} of thread {plan.session_id}: "
             f"{plural(plan.messages, 'message')} live again, {_restored(plan)}?"
         )
 
-    done = confirmed_write(volume, busy_timeout, yes, question, lambda conn: reverse(conn, key))
+    def change(conn):
+        return reverse(conn, key, confirmed=asked[0] if asked else None)
+
+    done = confirmed_write(volume, busy_timeout, yes, question, change)
     say(
         f"undid compaction run {done.run_id} of thread {done.session_id}: "
         f"{plural(done.messages, 'message')} live again, {_restored(done)}"

@@ -36,13 +36,20 @@ class UndoPlan:
     restored_summary: str | None  # the summary that comes back (None: the thread had none)
 
 
-def plan_undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
-    """What `thread undo KEY` would do; ProblemsFound (exit 1) when it cannot."""
+def plan_undo(conn: sqlite3.Connection, key: str, confirmed: int | None = None) -> UndoPlan:
+    """What `thread undo KEY` would do; ProblemsFound (exit 1) when it cannot, or when the
+    latest compaction is no longer run `confirmed` (the one a person was asked about)."""
     session_id, _ = active_thread(conn, key)
     standing = conn.execute(_STANDING, (session_id,)).fetchall()
     if not standing:
         raise ProblemsFound(f"thread {session_id} ({key!r}) has no compaction to undo")
     (run_id, wrote, kept, replaced, replaced_kept) = standing[0]
+    if confirmed is not None and run_id != confirmed:
+        raise ProblemsFound(
+            f"the latest compaction of thread {session_id} is now run {run_id}, not run "
+            f"{confirmed} that was confirmed (it changed while you answered)",
+            "nothing was changed; run thread undo again",
+        )
     previous = standing[1] if len(standing) > 1 else None
     folded = conn.execute(
         "SELECT count(*) FROM messages WHERE folded_by = ?", (run_id,)
@@ -84,11 +91,12 @@ def _folded_any(conn: sqlite3.Connection, run_id: int) -> bool:
     return found.fetchone() is not None
 
 
-def undo(conn: sqlite3.Connection, key: str) -> UndoPlan:
+def undo(conn: sqlite3.Connection, key: str, confirmed: int | None = None) -> UndoPlan:
     """Reverse the latest standing compaction of the active thread under `key`, with its
-    audit event. Call inside one write transaction (BEGIN IMMEDIATE): the plan is made again
-    under the lock, so whatever the agent did meanwhile is seen."""
-    plan = plan_undo(conn, key)
+    audit event; with `confirmed`, only if that run is still the latest. Call inside one
+    write transaction (BEGIN IMMEDIATE): the plan is made again under the lock, so whatever
+    the agent or a compaction did meanwhile is seen."""
+    plan = plan_undo(conn, key, confirmed)
     ts = now_iso()
     # A compaction the agent made itself has no row yet: its summary is the current one.
     conn.execute(
