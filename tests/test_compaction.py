@@ -608,6 +608,9 @@ def test_a_key_with_no_active_thread_is_exit_1(run_cli, volume, server):
 def test_force_without_thread_history_is_a_usage_error(run_cli, volume, server):
     write_config(volume["config"], server, memory="  scope: none\n")
     before = table_dump(volume["path"])
+    # named without --force: skipped, and the advice is not the --force that would be exit 2
+    [outcome] = json.loads(compact(run_cli, volume, "--key", "discord:1", "--json").stdout)
+    assert "scope is not thread" in outcome["error"] and "--force" not in outcome["error"]
     result = compact(run_cli, volume, "--key", "discord:1", "--force")
     assert_clean_error(result, 2, "scope: none")
     assert table_dump(volume["path"]) == before and server.requests == []

@@ -279,7 +279,11 @@ def test_an_untrusted_volume_between_trusted_ones_is_the_only_one_flagged(fleet,
 def test_one_volume_keeps_the_single_object_and_text_view(fleet, config, run_cli):
     path = fleet[0]["path"]
     _, totals = status_json(run_cli, path)
-    assert isinstance(totals, dict) and totals["sessions"] == {"active": 2, "archived": 1}
+    assert isinstance(totals, dict) and totals["sessions"] == {
+        "active": 2,
+        "archived": 1,
+        "held": 0,
+    }
     assert "due" not in totals
     _, with_config = status_json(run_cli, path, "--config", config)
     assert with_config["due"] == 1 and set(with_config) == set(totals) | {"due"}

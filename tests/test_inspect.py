@@ -69,7 +69,7 @@ def test_status_json_counts_match_what_was_written(volume, run_cli):
     assert result.exit_code == 0, result
     totals = json.loads(result.stdout)
     assert totals["agent"] == "ops-bot"
-    assert totals["sessions"] == {"active": 2, "archived": 1}
+    assert totals["sessions"] == {"active": 2, "archived": 1, "held": 0}
     live = len(volume["live"]) + 1 + 2 + 2  # thread a live + system, b's turn, old's turn
     assert totals["messages"] == {"live": live, "folded": len(volume["folded"])}
     assert totals["runs"]["total"] == 5
@@ -127,6 +127,7 @@ def test_sessions_json_fields_and_counts(volume, run_cli):
         "compactions",
         "created_at",
         "updated_at",
+        "held",
     ]
     a = rows[volume["a"]]
     assert (a["turns"], a["messages"], a["has_summary"]) == (2, len(volume["live"]) + 1, True)

@@ -109,8 +109,8 @@ def test_undo_restores_messages_summary_and_due_state(server, tmp_path):
     assert detail["undone_run_id"] == outcome.run_id and detail["messages"] == plan.messages
     # the run stays: its cost was real
     assert any(r[0] == outcome.run_id and r[4] == "ok" for r in dump["runs"])
-    # and it is due again, so the next pass compacts it again
-    [again], _ = compact([str(w.path)], request(server))
+    # and it is due again: held after the undo (SPEC 13), it is compacted again by name
+    [again], _ = compact([str(w.path)], request(server, key="k"))
     assert again.status == "compacted"
 
 
@@ -409,3 +409,56 @@ def test_search_does_not_find_undone_summaries(server, tmp_path, indexed):
     with sqlite3.connect(w.path) as conn:  # the refreshed index keeps no copy of either
         texts = " ".join(t for (t,) in conn.execute("SELECT c0 FROM search_texts_content"))
     assert "zebrafirst" not in texts and "quokkasecond" not in texts
+
+
+def test_a_thread_is_held_after_undo_until_compacted_by_name(server, tmp_path, run_cli):
+    """SPEC 13: `thread undo` holds the thread. A pass without --key skips it (reason
+    held_after_undo, exit 0, no call); sessions, status and report show it; `compact --key`
+    compacts it and releases the hold."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "k", turns=6)
+    due_thread(w, "other", turns=6)
+    w.close()
+    compact([str(w.path)], request(server))
+    assert run_cli("thread", "undo", w.path, "k", "--yes").exit_code == 0
+
+    def shown() -> tuple:
+        listed = json.loads(run_cli("sessions", w.path, "--json").stdout)
+        totals = json.loads(run_cli("status", w.path, "--json").stdout)
+        text = run_cli("status", w.path).stderr + run_cli("status", w.path).stdout
+        page = tmp_path / "report.html"
+        assert run_cli("report", w.path, "-o", page).exit_code == 0
+        marked = "held after undo" in page.read_text()
+        held = {row["conversation_key"]: row["held"] for row in listed}
+        return held, totals["sessions"]["held"], "after thread undo" in text, marked
+
+    assert shown() == ({"k": True, "other": False}, 1, True, True)
+    server.requests.clear()
+    outcomes, code = compact([str(w.path)], request(server))
+    assert [(o.conversation_key, o.status, o.reason) for o in outcomes] == [
+        ("k", "skipped", "held_after_undo")
+    ]
+    assert code == 0 and server.requests == [] and "compact --key" in outcomes[0].error
+    [named], code = compact([str(w.path)], request(server, key="k"))
+    assert (named.status, code) == ("compacted", 0)
+    assert shown() == ({"k": False, "other": False}, 0, False, False)
+
+
+def test_back_off_counts_no_failure_from_before_an_undone_compaction(server, tmp_path):
+    """Two failures, then a compaction that succeeded (by --force) and was undone: the
+    failures are not "the latest compaction runs since the last successful one" (SPEC 6)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "k", turns=6)
+    w.close()
+    server.fault = "500"
+    try:
+        for _ in range(2):
+            [failed], _ = compact([str(w.path)], request(server, key="k", force=True))
+            assert failed.status == "failed"
+    finally:
+        server.fault = None
+    [forced], _ = compact([str(w.path)], request(server, key="k", force=True))
+    assert forced.status == "compacted"
+    undo_in(w.path, "k")
+    [again], code = compact([str(w.path)], request(server, key="k"))
+    assert (again.status, again.reason, code) == ("compacted", None, 0), again.error

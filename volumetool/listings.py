@@ -28,6 +28,7 @@ SESSION_FIELDS = (
     "compactions",
     "created_at",
     "updated_at",
+    "held",  # last: scripts cut the columns before it by position
 )
 RUN_FIELDS = (
     "id",
@@ -100,6 +101,8 @@ PRUNED_SAVINGS = f"""SELECT {total_sql("saved", signed=True)} FROM (SELECT CASE 
 
 def status(volume: Volume) -> dict:
     """The /status totals of a volume (the JSON fields of SPEC section 4)."""
+    from volumetool.compaction.store import held_sql
+
     with volume.snapshot() as conn:
 
         def scalar(sql: str) -> object:
@@ -133,6 +136,11 @@ def status(volume: Volume) -> dict:
             scalar("SELECT ts FROM audit ORDER BY id DESC LIMIT 1"),
             scalar("SELECT max(updated_at) FROM memories"),
         ]
+        held = scalar(
+            "SELECT count(*) FROM sessions s WHERE s.status = 'active' AND s.id IN"
+            " (SELECT session_id FROM compactions WHERE undone_at IS NOT NULL) AND "
+            + held_sql("s.id")
+        )
         memories = scalar("SELECT count(*) FROM memories")
         name = scalar("SELECT value FROM identity WHERE key = 'name'")
     return {
@@ -144,7 +152,11 @@ def status(volume: Volume) -> dict:
             "pending": volume.schema.pending,
             "newer": volume.schema.newer,
         },
-        "sessions": {"active": sessions.get("active", 0), "archived": sessions.get("archived", 0)},
+        "sessions": {
+            "active": sessions.get("active", 0),
+            "archived": sessions.get("archived", 0),
+            "held": held,  # active threads held after `thread undo` (SPEC 13)
+        },
         "messages": {"live": live, "folded": total_messages - live},
         "runs": {"total": sum(by_trigger.values()), "errors": errors, "by_trigger": by_trigger},
         "tokens": {
@@ -170,8 +182,10 @@ def sessions(
     limit: int | None = None,
     ids: Sequence[int] | None = None,
 ) -> Iterator[dict]:
-    """Threads, most recently updated first, with their live size and compaction count;
-    `ids` lists only those threads."""
+    """Threads, most recently updated first, with their live size and compaction count, and
+    whether compaction holds off after `thread undo`; `ids` lists only those threads."""
+    from volumetool.compaction.store import held_sql
+
     where = Filters.of(
         ("s.status = ?", None if status == "all" else status),
         ("s.conversation_key GLOB ?", key_glob),
@@ -192,7 +206,7 @@ def sessions(
      WHERE r.session_id = s.id AND r.trigger = 'compaction' AND r.status = 'ok'
        AND NOT EXISTS (SELECT 1 FROM compactions c
                        WHERE c.run_id = r.id AND c.undone_at IS NOT NULL)),
-  s.created_at, s.updated_at
+  s.created_at, s.updated_at, s.status = 'active' AND {held_sql("s.id")}
 FROM sessions s {where.sql()}
 ORDER BY s.updated_at DESC, s.id DESC LIMIT ?""",
         (*where.params, listing_limit(limit)),
@@ -200,6 +214,7 @@ ORDER BY s.updated_at DESC, s.id DESC LIMIT ?""",
     for row in cursor:
         record = dict(zip(SESSION_FIELDS, row, strict=True))
         record["has_summary"] = bool(record["has_summary"])
+        record["held"] = bool(record["held"])
         yield record
 
 

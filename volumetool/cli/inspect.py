@@ -120,6 +120,9 @@ def _totals_lines(totals: dict, word: str) -> list[tuple[str, str]]:
     ]
     if "due" in totals:
         threads.append(("due", plural(totals["due"], "thread")))
+    if totals["sessions"].get("held"):
+        held = plural(totals["sessions"]["held"], "thread")
+        threads.append(("held", f"{held} after thread undo (compact --key releases)"))
     return [
         ("agent", totals["agent"] or "(unnamed)"),
         ("path", totals["path"]),

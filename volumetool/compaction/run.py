@@ -152,6 +152,8 @@ class Outcome:
 # Outcome.reason: why a due thread was not compacted (SPEC 13), each such pass exits 1.
 BACKING_OFF = "backing_off"
 ENDPOINT_UNUSABLE = "endpoint_unusable"
+# A thread held after `thread undo`: skipped until compacted by name (not a problem: exit 0).
+HELD_AFTER_UNDO = "held_after_undo"
 
 OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome) if f.name not in ("exit_code", "unrecorded"))
 
@@ -338,8 +340,14 @@ class _Planner:
         due = check_due(request.config.memory, facts.runs, facts.live_turns)
         if not due.is_due and not request.force:
             if request.key is not None:
-                reason = f"not due: {due.reason} (--force compacts anyway)"
+                # --force with memory.scope: none is a usage error: never advise it then
+                can_force = request.config.memory.scope == "thread"
+                reason = f"not due: {due.reason}" + (" (--force compacts anyway)" * can_force)
                 self.skip(volume, key, session_id, reason, due)
+            return None
+        if facts.held and request.key is None:
+            reason = "held after thread undo (compact --key compacts it and releases the hold)"
+            self.skip(volume, key, session_id, reason, due, why=HELD_AFTER_UNDO)
             return None
         until = backoff_until(facts.failures, facts.last_failure_at)
         if until is not None and until > self.now and not request.force:

@@ -36,6 +36,7 @@ class ThreadFacts:
     live_turns: int
     failures: int  # failed compaction runs since the last successful one
     last_failure_at: datetime | None
+    held: bool = False  # after `thread undo`, until a compaction stands again (SPEC 13)
 
 
 def _moment(text: str | None) -> datetime | None:
@@ -55,6 +56,17 @@ STANDING_COMPACTION = (
 )
 
 
+def held_sql(session: str) -> str:
+    """SQL that is true when the thread whose id is the SQL expression `session` is held after
+    `thread undo` (SPEC 13): a compaction of it was undone, and none stands that is newer.
+    Derived from the history alone: a compaction that stands after the undo releases it."""
+    return (
+        f"coalesce((SELECT max(u.run_id) FROM compactions u WHERE u.session_id = {session}"
+        " AND u.undone_at IS NOT NULL), 0) > coalesce((SELECT max(runs.id) FROM runs"
+        f" WHERE runs.session_id = {session} AND {STANDING_COMPACTION}), 0)"
+    )
+
+
 def thread_facts(conn: sqlite3.Connection, session_id: int) -> ThreadFacts:
     """The latest standing compaction, the latest successful agent run (check_due needs no
     others), the live turns, and the failed compactions since the last standing one."""
@@ -67,20 +79,24 @@ def thread_facts(conn: sqlite3.Connection, session_id: int) -> ThreadFacts:
         ).fetchone()
         if row:
             runs.append(RunFact(*row))
-    compacted = max((r.id for r in runs if r.trigger == "compaction"), default=0)
+    # Failures since the last successful compaction, undone or not: one that was undone still
+    # succeeded, so those before it are no longer "the latest n" (SPEC 6).
     # `+trigger`: by the thread's runs (runs_by_session), never by every compaction run of the
     # file (runs_by_trigger also fits `trigger = … AND id > ?`, and a cron pass grew with it).
-    failures, last = conn.execute(
-        "SELECT count(*), max(coalesce(finished_at, started_at)) FROM runs"
-        " WHERE session_id = ? AND id > ? AND +trigger = 'compaction' AND status = 'error'",
-        (session_id, compacted),
+    failures, last, held = conn.execute(
+        "SELECT count(*), max(coalesce(finished_at, started_at)), "
+        + held_sql("?1")
+        + " FROM runs WHERE session_id = ?1 AND +trigger = 'compaction' AND status = 'error'"
+        " AND id > coalesce((SELECT max(id) FROM runs WHERE session_id = ?1"
+        " AND +trigger = 'compaction' AND status = 'ok'), 0)",
+        (session_id,),
     ).fetchone()
     turns = conn.execute(
         "SELECT count(*) FROM messages WHERE session_id = ? AND folded_by IS NULL"
         " AND role = 'user'",
         (session_id,),
     ).fetchone()[0]
-    return ThreadFacts(tuple(runs), turns, failures, _moment(last))
+    return ThreadFacts(tuple(runs), turns, failures, _moment(last), bool(held))
 
 
 def thread_due(

@@ -230,7 +230,8 @@ def _facts(r: VolumeReport) -> str:
         ("Schema", schema),
         (
             "Threads",
-            f"{t['sessions']['active']:,} active, {t['sessions']['archived']:,} archived",
+            f"{t['sessions']['active']:,} active{_held(t['sessions'])}, "
+            f"{t['sessions']['archived']:,} archived",
         ),
         ("Messages", f"{t['messages']['live']:,} live, {t['messages']['folded']:,} folded"),
         ("Runs", f"{t['runs']['total']:,}, of which {t['runs']['errors']:,} failed"),
@@ -245,6 +246,12 @@ def _facts(r: VolumeReport) -> str:
     ]
     items = "".join(f"<dt>{text(k)}</dt><dd>{text(v)}</dd>" for k, v in facts)
     return f'<dl class="facts">{items}</dl>'
+
+
+def _held(sessions: dict) -> str:
+    """The mark of threads held after `thread undo` (SPEC 13): compaction skips them."""
+    held = sessions.get("held", 0)
+    return f" ({held:,} held after undo: compact --key releases)" if held else ""
 
 
 def _legend(entries: Sequence[tuple[int, str]]) -> str:
