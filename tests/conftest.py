@@ -53,7 +53,8 @@ class Result:
 @pytest.fixture
 def run_cli(monkeypatch):
     """Run volumetool in-process; returns exit code, stdout and stderr."""
-    monkeypatch.delenv("VOLUMETOOL_VOLUME", raising=False)
+    for name in [n for n in os.environ if n.startswith("VOLUMETOOL_")]:
+        monkeypatch.delenv(name)  # compact's options come from the environment too
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
 
     def run(*args: str | Path, input: str | bytes | None = None, env: dict | None = None):

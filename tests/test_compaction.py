@@ -108,6 +108,7 @@ def test_compacts_the_due_thread_only(run_cli, volume, server):
         # the fold's one hard fact, and the test server's summary does not name it
         "retention": 0.0,
         "missing_facts": ["deploy/values.yaml"],
+        "invented_facts": [],
         "reason": None,
     }
     live, folded = live_and_folded(volume["path"], volume["due"])
@@ -152,6 +153,7 @@ def test_compacts_the_due_thread_only(run_cli, volume, server):
         "saved_tokens": outcome["saved_tokens"],
         "retention": 0.0,
         "missing_facts": ["deploy/values.yaml"],
+        "invented_facts": [],
     }
     assert json.loads(event[3])["saved_tokens"] == outcome["saved_tokens"]
     other = [r for r in before["sessions"] if r[0] != volume["due"]]
@@ -318,6 +320,7 @@ def test_a_thread_changed_during_the_call_is_a_conflict(run_cli, volume, server,
         "output_tokens": 80,
         "retention": 0.0,
         "missing_facts": ["deploy/values.yaml"],
+        "invented_facts": [],
     }
     assert {"new": "archived (/new)", "summary": "summary changed", "reset": "deleted"}[
         change

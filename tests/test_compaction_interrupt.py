@@ -237,7 +237,7 @@ def test_ctrl_c_while_the_folds_facts_are_still_read_keeps_what_the_call_cost(mo
             await asyncio.Event().wait()  # the model is still writing
         return Summary("A summary.", usage)
 
-    def fold_facts(previous, fold):
+    def fold_facts(previous, fold, system=""):
         reading.wait(5)
         return []
 

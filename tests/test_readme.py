@@ -37,7 +37,7 @@ def test_every_readme_shell_example_runs_as_written(tmp_path):
     blocks = shell_blocks()
     tour, rest = blocks[0], blocks[1:]
     with ModelServer() as server:
-        server.summary = "Summary: deploy/values.yaml, PR #204, the weekly backups."
+        server.answer = server.faithful  # the default gate refuses a summary that kept nothing
         point_at_loopback = f"sed -i 's#^  base_url: .*#  base_url: {server.url}#' agent.yaml\n"
         script = "\n".join(["set -euo pipefail", tour, point_at_loopback, *rest])
         env = {

@@ -7,6 +7,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
@@ -452,9 +453,55 @@ def test_the_previous_summary_counts_whatever_its_length():
 # --- results ---------------------------------------------------------------------------------
 
 
-def test_a_fold_without_facts_is_fully_retained():
+def test_a_fold_without_facts_reports_no_retention():
+    """Nothing was measured: not 1.0, which a quality gate would read as a pass."""
     result = measure(None, user("Thanks, that helps!"), "The user said thanks.")
-    assert (result.retention, result.missing_facts, result.facts) == (1.0, [], 0)
+    assert (result.retention, result.missing_facts, result.facts) == (None, [], 0)
+
+
+def test_a_long_message_whose_facts_are_not_read_is_not_a_full_retention():
+    """Issue 34: a summary keeping none of a long message's date, amount, e-mail, ticket, URL
+    and path scored 1.00."""
+    said = (
+        "Invoice for ticket OPS-4471: $1,240.50 due 2026-12-15, mail ap@example.com, portal "
+        "https://billing.example.com/inv/4471, script /srv/billing/run.sh. "
+        + "We went through the whole history of the account with the customer. "
+        * 70
+    )
+    assert len(said) > TEXT_MAX_CHARS
+    result = measure(None, user(said), "The user talked about an invoice.")
+    assert result.retention is None and result.facts == 0
+
+
+def test_a_long_message_s_prose_is_read_beside_its_long_listing():
+    listing = "```\n" + "\n".join(f"row {n}: value {n * 7}" for n in range(600)) + "\n```"
+    said = f"Deploy OPS-4471 to https://x.example.com on 2026-12-03:\n{listing}\nThen tell me."
+    assert len(said) > TEXT_MAX_CHARS
+    assert [f.text for f in facts_of_fold(None, user(said))] == [
+        "OPS-4471",
+        "https://x.example.com",
+        "2026-12-03",
+    ]
+    assert measure(None, user(said), "Deploy the build.").retention == 0.0
+
+
+def test_facts_a_summary_states_that_nothing_given_holds_are_invented():
+    fold = [
+        Message(1, "user", "Where is order 48213?"),
+        Message(2, "assistant", "", call("track_order", {"order_id": "48213"})),
+        Message(3, "tool", '{"tracking": "1Z999AA10123456784", "eta": "2026-12-03"}', None, "c"),
+        Message(4, "assistant", "It arrives on Dec 3."),
+    ]
+    summary = (
+        "Order 48213 (tracking 1Z999AA10123456784) arrives on 3 December 2026; details at "
+        "https://dev.to/maven-tools/orders, run `npm install maven-tools`."
+    )
+    result = measure(None, fold, summary)
+    assert result.invented_facts == ["https://dev.to/maven-tools/orders", "npm install maven-tools"]
+    assert result.invented == 2 and result.kept == 2
+    # what the operator's instructions or the prompt said is not invented
+    found = facts_of_fold(None, fold, ["Keep https://dev.to/maven-tools/orders."])
+    assert retention_of(found, summary).invented_facts == ["npm install maven-tools"]
 
 
 @pytest.mark.parametrize(
@@ -583,7 +630,8 @@ def chatty(max_size: int = 12) -> st.SearchStrategy[str]:
 @given(st.one_of(st.text(), chatty()), st.one_of(st.text(), chatty()))
 def test_any_text_gives_a_retention_between_0_and_1(said, summary):
     result = measure(None, user(said), summary)
-    assert 0.0 <= result.retention <= 1.0
+    assert result.retention is None if not result.facts else 0.0 <= result.retention <= 1.0
+    assert result.invented <= len(summary)
     assert len(result.missing_facts) <= MISSING_SHOWN
     assert result.missing <= result.facts
     event("has facts" if result.facts else "no facts")
@@ -597,7 +645,8 @@ def test_any_fold_copied_verbatim_into_the_summary_is_fully_retained(first, seco
     summary = "Summary:\n\n" + "\n\n".join([previous, first, second])
     result = measure(previous, fold, summary)
     event(f"facts: {min(result.facts, 3)}")
-    assert result.retention == 1.0, result.missing_facts
+    assert result.retention == (1.0 if result.facts else None), result.missing_facts
+    assert result.invented_facts == []  # a copy invents nothing
 
 
 @settings(max_examples=300)
@@ -620,7 +669,7 @@ def test_a_verbatim_summary_keeps_every_fact_and_loses_the_one_removed(conversat
 def test_extraction_is_the_same_whether_texts_come_one_by_one_or_from_a_fold(texts, summary):
     fold = [Message(n + 1, "user", t) for n, t in enumerate(texts)]
     assert facts_of_fold(None, fold) == extract_facts(texts)
-    assert 0.0 <= measure(None, fold, summary).retention <= 1.0
+    assert 0.0 <= (measure(None, fold, summary).retention or 0) <= 1.0
 
 
 @given(st.lists(chatty(), min_size=1, max_size=5), chatty(), chatty())
@@ -629,9 +678,15 @@ def test_a_fold_s_facts_are_held_to_a_summary_as_any_list_of_the_same_facts_woul
 ):
     fold = [Message(n + 1, "user", t) for n, t in enumerate(texts)]
     found = facts_of_fold(previous, fold)  # prepared while the model writes
-    assert retention_of(found, summary) == retention_of(list(found), summary)
-    assert retention_of(found, summary + " " + previous) == retention_of(
-        list(found), summary + " " + previous
+
+    def kept(text: str) -> tuple:  # a plain list carries no source: nothing is invented
+        result = retention_of(found, text)
+        return (result.retention, result.missing_facts, result.facts, result.missing)
+
+    assert kept(summary) == astuple(retention_of(list(found), summary))[:4]
+    assert (
+        kept(summary + " " + previous)
+        == astuple(retention_of(list(found), summary + " " + previous))[:4]
     )
 
 
@@ -695,3 +750,50 @@ def test_a_code_span_reads_the_same_in_the_fold_and_in_the_summary():
     from volumetool.compaction.retention import measure
 
     assert measure("0`303", [], "0`303").retention == 1.0
+
+
+# What a small model writes (issue 30, SmolLM2-135M): fluent, nothing kept, invented addresses,
+# commands and paths. The default gate must refuse these for every fold of the corpus.
+JUNK_SUMMARIES = (
+    "The chat is here: https://dev.to/maven-tools/chat-summary-2024. You can read it there.",
+    "The user asked a question and the assistant answered it. To continue, run `pip install "
+    "chat-summary` and open ~/notes/summary.md.",
+    "Summary: the conversation covered several topics. The assistant helped the user with "
+    "their request and everything was resolved.",
+    "The user wants the latest version. Run sudo apt-get install python3-dev, then edit "
+    "/etc/config/settings.yaml and restart the service on port 8080.",
+)
+
+
+def test_the_default_gate_is_calibrated_on_the_corpus_and_junk():
+    """The numbers in README ("Fact retention"): every good summary passes the default gate
+    (keeps >= 30% of a fold of 4 facts or more, invents no more than it keeps) and invents
+    nothing; every junk summary is refused; the lossy ones that kept nothing are refused."""
+    from volumetool.compaction.retention import refusal_reason
+
+    cases = corpus()
+    good_refused, good_invented, lossy_refused, junk_passed = [], [], [], []
+    for case in cases:
+        fold = fold_of(case)
+        good = measure(case["previous_summary"], fold, case["good_summary"])
+        lossy = measure(case["previous_summary"], fold, case["lossy_summary"])
+        if refusal_reason(good, None):
+            good_refused.append(case["id"])
+        good_invented.extend(good.invented_facts)
+        if refusal_reason(lossy, None):
+            lossy_refused.append(case["id"])
+            assert lossy.retention is not None and lossy.retention < 0.3
+        for junk in JUNK_SUMMARIES:
+            kept = measure(case["previous_summary"], fold, junk)
+            if refusal_reason(kept, None) is None:
+                # only a fold too small for the share to judge, and junk that invents nothing
+                assert kept.facts < 4 and kept.invented == 0, (case["id"], junk)
+                junk_passed.append((case["id"], junk[:30]))
+    print(
+        f"\ndefault gate on {len(cases)} folds: good refused {len(good_refused)}, good with "
+        f"invented facts {len(good_invented)}, lossy refused {len(lossy_refused)} "
+        f"({lossy_refused}), junk passed {len(junk_passed)} of {len(cases) * len(JUNK_SUMMARIES)}"
+    )
+    assert good_refused == [] and good_invented == []
+    assert len(junk_passed) <= 2
+    assert len(lossy_refused) >= 6  # the lossy summaries that kept nothing (or nearly)

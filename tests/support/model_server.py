@@ -456,7 +456,7 @@ class ModelServer:
         self.latency = latency
         self.fault: str | None = None
         self._queue: deque[str | None] = deque()
-        self.summary = "The user asked about the deploy; decided weekly backups. Open: PR #204."
+        self.summary = "The user asked about the deploy; decided weekly backups; a review is open."
         self.usage = {"input": 1200, "output": 80, "cache_creation": 30, "cache_read": 70}
         self.retry_after = "0.05"
         self.omit_usage = False
@@ -511,6 +511,16 @@ class ModelServer:
         self._stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def faithful(self, body: dict) -> str:
+        """A summary that keeps the hard facts of what it was asked to fold and invents none:
+        what a good model writes, for tests about something else than the quality gate."""
+        from volumetool.compaction.retention import extract_facts
+
+        lines = self.conversation(body).splitlines()[1:]  # after the data tag's line
+        data = "\n".join(line for line in lines if not line.startswith("<<<"))  # fences
+        found = extract_facts(data.split("\n\n"))
+        return "Summary: " + ", ".join(dict.fromkeys(fact.text for fact in found)) + "."
 
     def conversation(self, body: dict) -> str:
         """The user message of a request (what the summarizer was asked to fold)."""

@@ -46,7 +46,9 @@ TUNING = (
         "--min-retention",
         Finite(min=0, max=1),
         None,
-        "Fail a summary that keeps less than this share (0-1) of the fold's hard facts.",
+        "Refuse a summary that keeps less than this share (0-1) of the fold's hard facts. "
+        "Default: 0.3, for a fold of 4 facts or more. A summary that invents more facts than "
+        "it keeps is refused too; 0 turns both checks off.",
     ),
     (
         "--timeout",
@@ -77,10 +79,31 @@ TUNING = (
 )
 
 
+def from_env(option: str) -> dict:
+    """An option's variable: `--max-retry-wait` is $VOLUMETOOL_MAX_RETRY_WAIT. Every option of
+    compact that says how to compact has one, so a cron line or a systemd EnvironmentFile need
+    not repeat it; the flag beats the variable, which beats the config and the default. The
+    switches that choose what a run does (--key, --force, --dry-run, --json, --nl) have none: a
+    variable forgotten in an environment must not turn a cron run into a dry run or a forced
+    compaction of one thread."""
+    return {
+        "envvar": ENV_PREFIX + option.lstrip("-").upper().replace("-", "_"),
+        "show_envvar": True,
+    }
+
+
+ENV_PREFIX = "VOLUMETOOL_"
+
+
 def tuning_options(f):
     for name, kind, default, text in reversed(TUNING):
         f = click.option(
-            name, type=kind, default=default, show_default=default is not None, help=text
+            name,
+            type=kind,
+            default=default,
+            show_default=default is not None,
+            help=text,
+            **from_env(name),
         )(f)
     return f
 
@@ -92,6 +115,7 @@ def tuning_options(f):
     "config_file",
     metavar="FILE",
     help="The agent YAML: memory: decides what is due, model: who summarizes.",
+    **from_env("--config"),
 )
 @click.option("--key", metavar="K", help="Only the active thread under this conversation key.")
 @click.option("--force", is_flag=True, help="With --key: compact even if not due (/compact).")
@@ -100,29 +124,49 @@ def tuning_options(f):
     is_flag=True,
     help="Read-only: list what would be compacted; no model call, no write.",
 )
-@click.option("--model", metavar="NAME", help="Summary model (default model.small, else name).")
-@click.option("--api", type=click.Choice(["openai", "anthropic"]), help="Override model.api.")
-@click.option("--base-url", metavar="URL", help="Override model.base_url.")
-@click.option("--api-key-env", metavar="VAR", help="Override model.api_key_env (a NAME).")
+@click.option(
+    "--model",
+    metavar="NAME",
+    help="Summary model (default model.small, else name).",
+    **from_env("--model"),
+)
+@click.option(
+    "--api",
+    type=click.Choice(["openai", "anthropic"]),
+    help="Override model.api.",
+    **from_env("--api"),
+)
+@click.option(
+    "--base-url", metavar="URL", help="Override model.base_url.", **from_env("--base-url")
+)
+@click.option(
+    "--api-key-env",
+    metavar="VAR",
+    help="Override model.api_key_env (a NAME).",
+    **from_env("--api-key-env"),
+)
 @click.option(
     "--prompt-file",
     metavar="FILE",
     help="Replace the summary prompt (UTF-8 text; the rules that fence the transcript stay).",
+    **from_env("--prompt-file"),
 )
 @click.option(
     "--instructions",
     metavar="TEXT",
     help="Add to the summary prompt, as `/compact TEXT` does: what to keep, what to drop.",
+    **from_env("--instructions"),
 )
 @tuning_options
 @click.option(
     "--metrics-file",
     metavar="FILE",
     help="Write the run's figures there for node_exporter's textfile collector (atomically).",
+    **from_env("--metrics-file"),
 )
-@shard_option
-@wait_option
-@busy_timeout_option
+@shard_option(**from_env("--shard"))
+@wait_option(**from_env("--wait"))
+@busy_timeout_option(**from_env("--busy-timeout"))
 @click.option("--json", "as_json", is_flag=True, help="Results as one JSON array.")
 @click.option("--nl", "as_nl", is_flag=True, help="Results as JSON, one object a line.")
 def compact(
@@ -156,6 +200,16 @@ def compact(
     The API key is read from the environment variable that model.api_key_env (or
     --api-key-env) names; when neither names one, from $OPENAI_API_KEY or $ANTHROPIC_API_KEY
     if set, else no key is sent (llama.cpp, Ollama and vLLM need none).
+
+    The hard facts checked: numbers with units, dates, times, URLs, paths, e-mail addresses,
+    ids, code spans and memory keys that user, assistant and system text and the previous
+    summary state (a text longer than 4,000 characters without its fenced blocks, tool results,
+    other call arguments and fenced listings of 3 lines or more are not read). A fold with none
+    reports retention null. Invented facts are looked for in everything the model was given.
+
+    Every option that says how to compact may come from the environment variable shown
+    beside it ($VOLUMETOOL_TIMEOUT, ...): a flag beats the variable, the variable beats the
+    config, the config beats the default. --key, --force, --dry-run, --json and --nl do not.
 
     \b
     Example:

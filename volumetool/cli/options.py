@@ -118,7 +118,11 @@ class Seconds(Finite):
 ROW_ID = click.IntRange(min=1, max=2**63 - 1)
 
 
-def busy_timeout_option(f: Callable) -> Callable:
+def busy_timeout_option(f: Callable | None = None, **extra) -> Callable:
+    """--busy-timeout; `extra`, more of click.option's settings (used as
+    `@busy_timeout_option(envvar=...)`), the same for the options below."""
+    if f is None:
+        return functools.partial(busy_timeout_option, **extra)
     return click.option(
         "--busy-timeout",
         type=Seconds(),
@@ -126,16 +130,20 @@ def busy_timeout_option(f: Callable) -> Callable:
         show_default=True,
         metavar="SECONDS",
         help="How long to wait for a lock held by the agent before giving up (exit 4).",
+        **extra,
     )(f)
 
 
-def wait_option(f: Callable) -> Callable:
+def wait_option(f: Callable | None = None, **extra) -> Callable:
+    if f is None:
+        return functools.partial(wait_option, **extra)
     return click.option(
         "--wait",
         type=Seconds(),
         default=0.0,
         metavar="SECONDS",
         help="Wait this long for another volumetool's volume lock (else exit 4).",
+        **extra,
     )(f)
 
 
@@ -209,14 +217,17 @@ class ShardParam(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-def shard_option(f: Callable) -> Callable:
+def shard_option(f: Callable | None = None, **extra) -> Callable:
     """--shard I/N, for the commands that take many volumes."""
+    if f is None:
+        return functools.partial(shard_option, **extra)
     return click.option(
         "--shard",
         type=ShardParam(),
         metavar="I/N",
         help="Only the volumes whose path hashes to shard I of N (0 <= I < N): N workers split "
         "the volumes given with no coordinator. A shard with none succeeds, doing nothing.",
+        **extra,
     )(f)
 
 

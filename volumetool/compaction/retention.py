@@ -67,9 +67,11 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from volumetool.render import one_line
 
 if TYPE_CHECKING:
     from volumetool.compaction.plan import Message
@@ -80,6 +82,7 @@ CODE_SPAN_MAX_CHARS = 80
 FACT_MAX_CHARS = 1_000  # a longer match (a path of a thousand segments) is a blob
 BLOB_CHARS = 256  # a run of word and address characters this long without a break
 MISSING_SHOWN = 20
+SOURCE_MAX_CHARS = 1_000_000  # of each text, searched for what a summary says it holds
 REFUSAL_MAX_CHARS = 400
 
 
@@ -95,13 +98,20 @@ class Fact(NamedTuple):
 
 @dataclass(frozen=True)
 class Retention:
-    """What a summary kept: the share of the distinct facts (1.0 when there were none), the
-    first `MISSING_SHOWN` it lost in order of appearance, and both counts."""
+    """What a summary kept: the share of the distinct facts (None when the fold had none it
+    reads: nothing was measured), the first `MISSING_SHOWN` it lost in order of appearance,
+    both counts, and the facts it states that nothing it was given holds (`invented`)."""
 
-    retention: float
+    retention: float | None
     missing_facts: list[str]
     facts: int
     missing: int
+    invented_facts: list[str] = field(default_factory=list)
+    invented: int = 0
+
+    @property
+    def kept(self) -> int:
+        return self.facts - self.missing
 
 
 class _Token(NamedTuple):
@@ -340,6 +350,7 @@ _TOKEN_BREAK = re.compile(f"[^A-Za-z0-9_{re.escape(_ADDRESS_MARKS)}]")
 _LEADING_WORDS = frozenset(_MONTHS) | {"may", *(p.casefold() for p in _CURRENCY_PREFIXES)}
 _FENCE = re.compile(r"```(.*?)(?:```|\Z)", re.S)
 _SEPARATORS = re.compile(r"[\s_\-]+")
+_DIGITS = re.compile(r"\d+")
 _WORD_RUN = re.compile(r"[A-Za-z0-9_]+")  # a word as `_occurs` bounds it (_ASCII_WORD)
 _WORD_BYTES = bytes(c if chr(c) in _ASCII_WORD else ord(" ") for c in range(256))  # the rest: " "
 _SCHEME = re.compile(r"^(?:[a-z][a-z0-9+.\-]*://)?(?:www\.)?")
@@ -780,12 +791,59 @@ def _word_before(text: str, start: int, floor: int) -> int | None:
 # --- what was replaced -----------------------------------------------------------------------
 
 
-class _Facts:
-    """Distinct facts in order of first appearance."""
+class _Source:
+    """What a summary may have taken its facts from: the value keys and names of every
+    candidate fact of the texts read, and every text it was given — tool results, call
+    arguments and long texts too, the first `SOURCE_MAX_CHARS` of each — searched as text.
+    A fact a summary states that none of it holds is invented."""
 
     def __init__(self) -> None:
+        self.keys: set[str] = set()
+        self.names: set[str] = set()
+        self.texts: list[str] = []
+        self.text = ""
+
+    def add(self, token: _Token) -> None:
+        fact = token.fact
+        self.keys.update(token.offers)
+        matcher = _MATCHER.get(fact.kind, "name")
+        if matcher == "value":
+            self.keys.update((fact.key, *fact.also))
+        elif matcher == "name":
+            self.names.update(_names(fact))
+
+    def add_text(self, text: str | None) -> None:
+        if text:
+            self.texts.append(text[:SOURCE_MAX_CHARS])
+
+    def seal(self) -> None:
+        """Made once, where the fold's facts are read (while the model writes)."""
+        self.text = _spaced("\n".join(self.texts).casefold())
+        self.texts = []
+
+    def holds(self, fact: Fact) -> bool:
+        """Whether what the summary was given holds the fact: by value or name as read, or
+        as text (generously: a wrong find only lets a fact pass, never makes one up)."""
+        matcher = _MATCHER.get(fact.kind, "name")
+        if matcher == "value":
+            if fact.key in self.keys or any(key in self.keys for key in fact.also):
+                return True
+            runs = _DIGITS.findall(fact.text)  # "€1,240.50" in a tool result's "1240.50"
+            return bool(runs) and all(run in self.text for run in runs)
+        if matcher == "name" and not self.names.isdisjoint(_names(fact)):
+            return True
+        needles = [fact.key, _normal(fact.text)]
+        needles.extend(needle for needle, _ in _needles(fact) or ())
+        return any(needle and needle in self.text for needle in needles)
+
+
+class _Facts:
+    """Distinct facts in order of first appearance, and what they were read from."""
+
+    def __init__(self, source: _Source | None = None) -> None:
         self.seen: set[tuple[str, str]] = set()
         self.facts: list[Fact] = []
+        self.source = source
 
     def add(self, fact: Fact) -> None:
         identity = (_MATCHER.get(fact.kind, "name"), fact.key)
@@ -794,13 +852,19 @@ class _Facts:
             self.facts.append(fact)
 
     def add_tokens(self, tokens: Iterable[_Token]) -> None:
-        for fact, significant, _ in tokens:
-            if significant:
-                self.add(fact)
+        source = self.source
+        for token in tokens:
+            if source is not None:
+                source.add(token)
+            if token.significant:
+                self.add(token.fact)
 
     def add_text(self, text: str, limit: int | None = TEXT_MAX_CHARS) -> None:
-        """The facts a text states; none when it is longer than limit (material it quotes)."""
-        if limit is not None and len(text) > limit:
+        """The facts a text states; none when, without its fenced blocks, it is longer than
+        limit (material it quotes: a pasted log)."""
+        if self.source is not None:
+            self.source.add_text(text)
+        if limit is not None and len(text) > limit and _prose_chars(text) > limit:
             return
         if "```" not in text:
             self.add_tokens(_tokens(text))
@@ -823,10 +887,14 @@ class _Facts:
             self.add(Fact("memory", key.strip(), _normal(key)))
 
     def add_message(self, message: Any) -> None:
+        tool_calls = message.tool_calls or ""
+        if self.source is not None:
+            self.source.add_text(tool_calls)
         if message.role == "tool":
+            if self.source is not None:
+                self.source.add_text(message.content)
             return  # the world's answer: what matters of it, the agent says in its reply
         self.add_text(message.content or "")
-        tool_calls = message.tool_calls or ""
         if "remember" not in tool_calls and "forget" not in tool_calls:
             return
         for name, arguments in _calls(tool_calls):
@@ -855,25 +923,37 @@ def _calls(tool_calls: str | None) -> Iterator[tuple[str, Any]]:
         yield str(function.get("name", "")), arguments
 
 
+def _prose_chars(text: str) -> int:
+    """The length of a text without its fenced blocks."""
+    if "```" not in text:
+        return len(text)
+    return len(text) - sum(fence.end() - fence.start() for fence in _FENCE.finditer(text))
+
+
 def extract_facts(texts: Iterable[str], memory_keys: Iterable[str] = ()) -> list[Fact]:
     """The distinct hard facts the texts state, then the memory keys, in order of appearance."""
-    facts = _Facts()
+    facts = _Facts(_Source())
     for text in texts:
         facts.add_text(text)
     for key in memory_keys:
         facts.add_memory_key(key)
-    return _Found(facts.facts)
+    return _Found(facts.facts, facts.source)
 
 
-def facts_of_fold(previous_summary: str | None, fold: Sequence[Message]) -> list[Fact]:
+def facts_of_fold(
+    previous_summary: str | None, fold: Sequence[Message], given: Iterable[str] = ()
+) -> list[Fact]:
     """The distinct hard facts of what a summary replaces: the previous summary (whatever its
-    length), then what the folded messages say and the memory keys their calls touch."""
-    facts = _Facts()
+    length), then what the folded messages say and the memory keys their calls touch. `given`:
+    other texts the summarizer was given (its prompt), where a summary's facts may come from."""
+    facts = _Facts(_Source())
     if previous_summary:
         facts.add_text(previous_summary, limit=None)
     for message in fold:
         facts.add_message(message)
-    return _Found(facts.facts)
+    for text in given:
+        facts.source.add_text(text)
+    return _Found(facts.facts, facts.source)
 
 
 # --- the summary -----------------------------------------------------------------------------
@@ -972,10 +1052,13 @@ class _Found(list):
     """The facts of a fold, with how a summary may hold them: made with the facts, off the
     critical path (a compaction reads them while the model writes)."""
 
-    def __init__(self, facts: Iterable[Fact]) -> None:
+    def __init__(self, facts: Iterable[Fact], source: _Source | None = None) -> None:
         super().__init__(facts)
         self.holding = _Holding(self)
         self.size = len(self)
+        self.source = source
+        if source is not None:
+            source.seal()
 
 
 def _holding_of(facts: Sequence[Fact]) -> _Holding:
@@ -990,7 +1073,7 @@ class _Summary:
     that may be written with other separators are searched in the text, and only where its
     words are: a set of them rules out most at once."""
 
-    def __init__(self, summary: str) -> None:
+    def __init__(self, summary: str, scanned: Iterable[tuple[str, str]] | None = None) -> None:
         self.summary = summary
         self.keys: set[str] = set()
         self.names: set[str] = set()
@@ -998,7 +1081,7 @@ class _Summary:
         # Read as the fold side reads text, and each code span also opened up (`v1.2.3`
         # carries its version, `spark.executor.memory=8g` a name and a size): a fact either
         # reading offers is found. A span is read on its own, a boundary on both sides.
-        matches = set(_scan(summary))
+        matches = set(_scan(summary) if scanned is None else scanned)
         for span in [found for branch, found in matches if branch == "code"]:
             matches.update(_scan(span[1:-1]))
         for branch, found in matches:
@@ -1070,20 +1153,67 @@ def _occurs(needle: str, text: str) -> bool:
     return False
 
 
+def invented_facts(source: _Source, scanned: Iterable[tuple[str, str]]) -> list[str]:
+    """The hard facts a summary states (its scan) that nothing it was given holds."""
+    stated = _Facts()
+    stated.add_tokens(token for branch, found in scanned for token in _parsed(branch, found))
+    return [fact.text for fact in stated.facts if not source.holds(fact)]
+
+
 def retention_of(facts: Sequence[Fact], summary: str) -> Retention:
-    """Which of the facts the summary holds; a refusal holds none."""
+    """Which of the facts the summary holds (a refusal holds none; None: there were none),
+    and, when the facts come with what they were read from, which it invented."""
+    scanned = _scan(summary)
+    source = getattr(facts, "source", None)
+    invented = [] if source is None else invented_facts(source, scanned)
+    made_up = (invented[:MISSING_SHOWN], len(invented))
     if not facts:
-        return Retention(1.0, [], 0, 0)
+        return Retention(None, [], 0, 0, *made_up)
     if is_refusal(summary):
         missing = [fact.text for fact in facts]
     else:
-        held = _holding_of(facts).held(_Summary(summary))
+        held = _holding_of(facts).held(_Summary(summary, scanned))
         missing = [fact.text for n, fact in enumerate(facts) if n not in held]
     share = 1 - len(missing) / len(facts)
-    return Retention(share, missing[:MISSING_SHOWN], len(facts), len(missing))
+    return Retention(share, missing[:MISSING_SHOWN], len(facts), len(missing), *made_up)
 
 
 def measure(previous_summary: str | None, fold: Sequence[Message], summary: str) -> Retention:
     """The share of the hard facts of the previous summary and the fold that the new summary
     keeps, and the first it lost."""
     return retention_of(facts_of_fold(previous_summary, fold), summary)
+
+
+# --- the gate --------------------------------------------------------------------------------
+
+DEFAULT_MIN_RETENTION = 0.3
+GATE_MIN_FACTS = 4  # the default gate judges a fold with at least this many hard facts
+
+
+def refusal_reason(kept: Retention, min_retention: float | None) -> str | None:
+    """Why a summary must not replace the history, or None. `min_retention` None is the
+    default gate: below `DEFAULT_MIN_RETENTION` of a fold of at least `GATE_MIN_FACTS` facts;
+    0 turns both checks off. A summary that invents more hard facts than it keeps is refused
+    whatever its share (README, "Fact retention")."""
+    if min_retention == 0:
+        return None
+    default = min_retention is None
+    share = DEFAULT_MIN_RETENTION if default else min_retention
+    judged = kept.retention is not None and (not default or kept.facts >= GATE_MIN_FACTS)
+    reasons = []
+    if judged and kept.retention < share:
+        gate = f"the default gate {share:g}" if default else f"--min-retention {share:g}"
+        lost = one_line(", ".join(kept.missing_facts), 300)
+        reasons.append(
+            f"the summary kept {kept.retention:.0%} of the fold's hard facts, below {gate}; "
+            f"missing: {lost}"
+        )
+    if kept.invented > kept.kept:
+        made_up = one_line(", ".join(kept.invented_facts), 300)
+        reasons.append(
+            f"the summary invented {kept.invented} facts found nowhere in what it was given, "
+            f"more than the {kept.kept} it kept: {made_up}"
+        )
+    if reasons and default:
+        reasons.append("--min-retention 0 turns these checks off")
+    return "; ".join(reasons) or None

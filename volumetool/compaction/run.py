@@ -108,6 +108,7 @@ class Outcome:
     saved_tokens: int | None = None
     retention: float | None = None  # the share of the fold's hard facts the summary kept
     missing_facts: list[str] | None = None  # the first 20 it lost
+    invented_facts: list[str] | None = None  # the first 20 it stated that nothing given holds
     # Why a due thread was not tried, for machines: backing_off | endpoint_unusable
     reason: str | None = None
     exit_code: int = field(default=0, repr=False)
@@ -143,7 +144,7 @@ class Outcome:
 
     def _kept(self) -> str:
         if self.retention is None:
-            return ""
+            return "" if self.missing_facts is None else ", no hard facts to check"
         lost = self.missing_facts or []
         shown = f" (lost: {one_line(', '.join(lost), 120)})" if lost else ""
         return f", {self.retention:.0%} of the facts kept{shown}"
@@ -438,7 +439,11 @@ def _tokens(usage: Usage) -> dict:
 def _retention(kept: Retention | None) -> dict:
     if kept is None:
         return {}
-    return {"retention": round(kept.retention, 4), "missing_facts": list(kept.missing_facts)}
+    return {
+        "retention": None if kept.retention is None else round(kept.retention, 4),
+        "missing_facts": list(kept.missing_facts),
+        "invented_facts": list(kept.invented_facts),
+    }
 
 
 def write_ending(job: Job, ending: Ending) -> Outcome:
@@ -471,7 +476,13 @@ def write_ending(job: Job, ending: Ending) -> Outcome:
             )
         text = ending.summary.text
         saved = estimate_tokens(thread.summary, fold) - estimate_text_tokens(text)
-        written = Written(text, saved, kept.get("retention"), tuple(kept.get("missing_facts", ())))
+        written = Written(
+            text,
+            saved,
+            kept.get("retention"),
+            tuple(kept.get("missing_facts", ())),
+            tuple(kept.get("invented_facts", ())),
+        )
         run_id = commit_summary(conn, thread, fold, written, model, usage, ending.times)
         return _planned(
             job,
@@ -555,13 +566,16 @@ def _internal(exc: BaseException) -> str:
     return one_line(f"internal error: {type(exc).__name__}: {exc}", 300)
 
 
-def fold_facts(previous_summary: str | None, fold: Sequence[Message]) -> list[Fact]:
-    """The fold's hard facts (retention.facts_of_fold), read in the reader thread. The fact
-    scanner is imported there, on first use: compiling its patterns takes 20-30 ms that the
-    first requests of a run no longer wait for."""
+def fold_facts(
+    previous_summary: str | None, fold: Sequence[Message], system: str = ""
+) -> list[Fact]:
+    """The fold's hard facts (retention.facts_of_fold), read in the reader thread, with what
+    else the summarizer was given (its prompt). The fact scanner is imported there, on first
+    use: compiling its patterns takes 20-30 ms that the first requests of a run no longer wait
+    for."""
     from volumetool.compaction.retention import facts_of_fold
 
-    return facts_of_fold(previous_summary, fold)
+    return facts_of_fold(previous_summary, fold, (system,))
 
 
 async def summarize_job(
@@ -583,7 +597,9 @@ async def summarize_job(
 
     async def read_facts() -> list[Fact]:
         await client.traffic.quiet()  # background work: the requests being written go first
-        return await asyncio.get_running_loop().run_in_executor(reader, fold_facts, previous, fold)
+        return await asyncio.get_running_loop().run_in_executor(
+            reader, fold_facts, previous, fold, system
+        )
 
     facts = asyncio.ensure_future(read_facts())
     try:
@@ -591,16 +607,12 @@ async def summarize_job(
         answered = True
         # Imported by fold_facts in the reader thread, unless the answer came back before
         # that thread started on this fold: then it is imported here, once.
-        from volumetool.compaction.retention import retention_of
+        from volumetool.compaction.retention import refusal_reason, retention_of
 
         kept = retention_of(await facts, summary.text)
         times = RunTimes(started, now_iso())
-        if min_retention is not None and kept.retention < min_retention:
-            lost = one_line(", ".join(kept.missing_facts), 300)
-            failure = (
-                f"the summary kept {kept.retention:.0%} of the fold's hard facts, below "
-                f"--min-retention {min_retention:g}; missing: {lost}"
-            )
+        failure = refusal_reason(kept, min_retention)
+        if failure is not None:
             return Ending(model, times, failure=failure, usage=summary.usage, kept=kept)
         return Ending(model, times, summary=summary, kept=kept)
     except SummaryFailed as exc:

@@ -254,6 +254,7 @@ class Written:
     saved_tokens: int
     retention: float | None = None
     missing_facts: tuple[str, ...] = ()
+    invented_facts: tuple[str, ...] = ()
 
 
 def commit_summary(
@@ -299,6 +300,7 @@ def commit_summary(
             "saved_tokens": summary.saved_tokens,
             "retention": summary.retention,
             "missing_facts": list(summary.missing_facts),
+            "invented_facts": list(summary.invented_facts),
         },
         session_id=thread.session_id,
         run_id=run_id,

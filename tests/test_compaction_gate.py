@@ -1,0 +1,179 @@
+"""The default quality gate (SPEC 14): a summary that keeps too few of the fold's hard facts, or
+invents more than it keeps, is refused like any failed answer; every compact option from the
+environment; token estimates that learn; what a split fold's failure says. Real volume files
+and the real HTTP model server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.model_server import ModelServer
+from tests.support.volumes import VolumeWriter, table_dump
+from tests.test_compaction import compact as compact_thread
+from tests.test_compaction import rows, write_config
+
+# What a small model writes: fluent, nothing of the conversation kept.
+NOTHING_KEPT = "The user and the assistant talked about some invoices and agreed on the next steps."
+# ... and with made-up addresses, commands and paths (SmolLM2-135M, issue 30).
+JUNK = (
+    "OPS-4471 was discussed. The chat is here: https://dev.to/maven-tools/chat-summary; "
+    "run `npm install maven-tools` and open /usr/local/share/maven/notes.md."
+)
+
+
+@pytest.fixture
+def server():
+    with ModelServer() as s:
+        yield s
+
+
+def invoice_thread(w: VolumeWriter, key: str, turns: int = 4) -> int:
+    """A due thread whose folded turns state a dozen hard facts."""
+    s = w.thread(key)
+    for n in range(turns):
+        w.message(
+            s,
+            "user",
+            f"Ticket OPS-{4471 + n}: invoice INV-2026-00{n}2 of €1,24{n}.50 is due "
+            f"2026-12-1{n}; see https://billing.example.com/inv/{n} and "
+            f"/srv/billing/run_{n}.sh.",
+        )
+        w.message(s, "assistant", f"Noted OPS-{4471 + n}; I will mail ap{n}@example.com today.")
+    w.run(s, input_tokens=60_000, output_tokens=300, last_input_tokens=60_000)
+    return s
+
+
+@pytest.fixture
+def volume(tmp_path, server):
+    w = VolumeWriter(tmp_path / "vol" / "agent.db")
+    session = invoice_thread(w, "discord:1")
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    return {"path": w.path, "config": config, "session": session}
+
+
+def compact(run_cli, volume, *args, env=None, monkeypatch=None):
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    return compact_thread(run_cli, volume, "--json", "--min-fold-tokens", "0", *args)
+
+
+def last_event(path) -> dict:
+    [(detail,)] = rows(
+        path, "SELECT detail FROM audit WHERE event = 'compaction' ORDER BY id DESC LIMIT 1"
+    )
+    return json.loads(detail)
+
+
+def test_by_default_a_summary_that_kept_nothing_is_refused(run_cli, volume, server):
+    server.summary = NOTHING_KEPT
+    before = table_dump(volume["path"], ("sessions", "messages"))
+    result = compact(run_cli, volume)
+    assert result.exit_code == 1, result
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "failed"
+    assert outcome["retention"] == 0.0 and "OPS-4471" in outcome["missing_facts"]
+    assert outcome["invented_facts"] == []
+    assert "kept 0% of the fold's hard facts, below the default gate 0.3" in outcome["error"]
+    assert "--min-retention 0" in outcome["error"]
+    assert table_dump(volume["path"], ("sessions", "messages")) == before  # untouched
+    [run] = rows(
+        volume["path"],
+        "SELECT status, input_tokens, output_tokens, error FROM runs WHERE trigger = 'compaction'",
+    )
+    assert run[:3] == ("error", 1200, 80) and run[3] == outcome["error"]
+    event = last_event(volume["path"])
+    assert event["action"] == "failed" and event["retention"] == 0.0
+    assert "OPS-4471" in event["missing_facts"] and event["invented_facts"] == []
+
+
+def test_min_retention_0_turns_the_gate_off(run_cli, volume, server):
+    server.summary = NOTHING_KEPT
+    result = compact(run_cli, volume, "--min-retention", "0")
+    assert result.exit_code == 0, result
+    [outcome] = json.loads(result.stdout)
+    assert (outcome["status"], outcome["retention"]) == ("compacted", 0.0)
+    [(summary,)] = rows(volume["path"], "SELECT summary FROM sessions")
+    assert summary == NOTHING_KEPT
+
+
+def test_a_summary_that_invents_more_facts_than_it_keeps_is_refused(run_cli, volume, server):
+    server.summary = JUNK
+    before = table_dump(volume["path"], ("sessions", "messages"))
+    # the share it kept passes this gate: only what it invented refuses it
+    result = compact(run_cli, volume, "--min-retention", "0.01")
+    assert result.exit_code == 1, result
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "failed"
+    assert outcome["retention"] > 0.01
+    invented = outcome["invented_facts"]
+    assert "https://dev.to/maven-tools/chat-summary" in invented
+    assert "/usr/local/share/maven/notes.md" in invented and "OPS-4471" not in invented
+    assert f"invented {len(invented)} facts" in outcome["error"]
+    assert "more than the 1 it kept" in outcome["error"]
+    assert table_dump(volume["path"], ("sessions", "messages")) == before
+    assert last_event(volume["path"])["invented_facts"] == invented
+
+
+def test_a_faithful_summary_passes_both_checks(run_cli, volume, server):
+    server.summary = (
+        "Tickets OPS-4471 and OPS-4472: invoices INV-2026-0002 (€1,240.50, due 2026-12-10) "
+        "and INV-2026-0012 (€1,241.50, due 2026-12-11); billing.example.com/inv/0 and /1, "
+        "/srv/billing/run_0.sh and run_1.sh; mail ap0@example.com and ap1@example.com."
+    )
+    result = compact(run_cli, volume)
+    assert result.exit_code == 0, result
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "compacted" and outcome["retention"] >= 0.8
+    assert outcome["invented_facts"] == []
+
+
+# --- every compact option from the environment ------------------------------------------------
+
+
+def test_the_environment_sets_min_retention_and_a_flag_beats_it(
+    run_cli, volume, server, monkeypatch
+):
+    server.summary = "Tickets OPS-4471 and OPS-4472: invoices INV-2026-0002 and INV-2026-0012."
+    env = {"VOLUMETOOL_MIN_RETENTION": "0.9"}
+    result = compact(run_cli, volume, env=env, monkeypatch=monkeypatch)
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "failed" and "below --min-retention 0.9" in outcome["error"]
+    forced = ("--key", "discord:1", "--force")  # past the back-off of the refused one
+    result = compact(
+        run_cli, volume, *forced, "--min-retention", "0.2", env=env, monkeypatch=monkeypatch
+    )
+    assert result.exit_code == 0, result
+    assert json.loads(result.stdout)[0]["status"] == "compacted"
+
+
+def test_the_environment_sets_the_timeout(run_cli, volume, monkeypatch):
+    with ModelServer(latency=2) as slow:
+        write_config(volume["config"], slow)
+        env = {"VOLUMETOOL_TIMEOUT": "0.2", "VOLUMETOOL_RETRIES": "0"}
+        result = compact(run_cli, volume, env=env, monkeypatch=monkeypatch)
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "failed" and "within 0.2s" in outcome["error"], outcome
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("VOLUMETOOL_TIMEOUT", "soon"), ("VOLUMETOOL_MIN_RETENTION", "2"), ("VOLUMETOOL_API", "x")],
+)
+def test_an_invalid_value_in_the_environment_is_a_usage_error_naming_it(
+    run_cli, volume, variable, value, monkeypatch
+):
+    before = table_dump(volume["path"])
+    result = compact(run_cli, volume, env={variable: value}, monkeypatch=monkeypatch)
+    assert result.exit_code == 2, result
+    assert variable in result.stderr
+    assert table_dump(volume["path"]) == before
+
+
+def test_the_switches_do_not_come_from_the_environment(run_cli, volume, server, monkeypatch):
+    server.summary = NOTHING_KEPT
+    env = {"VOLUMETOOL_DRY_RUN": "1", "VOLUMETOOL_MIN_RETENTION": "0"}
+    result = compact(run_cli, volume, env=env, monkeypatch=monkeypatch)
+    assert json.loads(result.stdout)[0]["status"] == "compacted"
