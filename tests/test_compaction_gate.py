@@ -10,9 +10,11 @@ import json
 import pytest
 
 from tests.support.model_server import ModelServer
-from tests.support.volumes import VolumeWriter, table_dump
+from tests.support.volumes import VolumeWriter, due_thread, table_dump
 from tests.test_compaction import compact as compact_thread
 from tests.test_compaction import rows, write_config
+from tests.test_providers import request as provider_request
+from volumetool.compaction.run import compact as run_compact
 
 # What a small model writes: fluent, nothing of the conversation kept.
 NOTHING_KEPT = "The user and the assistant talked about some invoices and agreed on the next steps."
@@ -177,3 +179,47 @@ def test_the_switches_do_not_come_from_the_environment(run_cli, volume, server, 
     env = {"VOLUMETOOL_DRY_RUN": "1", "VOLUMETOOL_MIN_RETENTION": "0"}
     result = compact(run_cli, volume, env=env, monkeypatch=monkeypatch)
     assert json.loads(result.stdout)[0]["status"] == "compacted"
+
+
+# --- messages of a split fold -----------------------------------------------------------------
+
+
+@pytest.fixture
+def key(monkeypatch):
+    monkeypatch.setenv("TEST_MODEL_KEY", "sk-test-7f3a9c0b1d2e4f5a6b7c8d9e0f1a2b3c")
+
+
+def long_thread(tmp_path, turns: int = 30):
+    w = VolumeWriter(tmp_path / "long.db")
+    due_thread(w, "long", turns=turns)
+    w.close()
+    return w.path
+
+
+def test_a_part_that_fails_says_which_part_of_how_many(server, tmp_path, key):
+    path = long_thread(tmp_path)
+    server.queue(None, "content_filter")
+    [outcome], _ = run_compact([str(path)], provider_request(server, max_input_tokens=6_000))
+    assert outcome.status == "failed"
+    total = outcome.error.split(" of ", 1)[1].split(":", 1)[0]
+    assert int(total) >= 3
+    assert outcome.error.startswith(
+        f"part 2 of {total}: the provider's content filter stopped the answer (POST "
+    ), outcome.error
+
+
+def test_a_split_the_server_asked_for_says_so_before_the_part_that_failed(server, tmp_path, key):
+    path = long_thread(tmp_path, turns=40)
+    server.queue("context_length", None, "content_filter")
+    [outcome], _ = run_compact([str(path)], provider_request(server))
+    assert outcome.status == "failed"
+    assert outcome.error.startswith("the server said the prompt was too long; split into ")
+    assert "; part 2 of " in outcome.error
+    assert ": the provider's content filter stopped the answer (POST " in outcome.error
+
+
+def test_a_fold_in_one_part_fails_with_the_reason_alone(server, tmp_path, key):
+    path = long_thread(tmp_path, turns=5)
+    server.fault = "content_filter"
+    [outcome], _ = run_compact([str(path)], provider_request(server))
+    assert outcome.error.startswith("the provider's content filter stopped the answer (POST ")

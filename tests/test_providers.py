@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -1379,6 +1380,7 @@ def test_usage_errors_of_a_compaction_request(monkeypatch):
     from volumetool.compaction.plan import estimate_text_tokens
     from volumetool.compaction.prompt import MIN_PART_TOKENS, system_prompt
     from volumetool.compaction.run import check_request
+    from volumetool.compaction.summarize import DEFAULT_TOKEN_SCALE
     from volumetool.errors import UnusableInput
 
     config = AgentConfig(MemorySettings("thread", True, 50_000), ModelSettings(name="m"))
@@ -1400,7 +1402,8 @@ def test_usage_errors_of_a_compaction_request(monkeypatch):
         check_request(Request(config=config, **values))
     for instructions in (None, "Keep every ticket id. " * 50):
         system = system_prompt(Request(config=config).prompt, instructions)
-        least = estimate_text_tokens(system) + 1000 + MIN_PART_TOKENS + 200
+        estimated = estimate_text_tokens(system) + MIN_PART_TOKENS + 200
+        least = math.ceil(estimated * DEFAULT_TOKEN_SCALE) + 1000  # until the server counted
         fits = Request(
             config=config,
             instructions=instructions,

@@ -48,7 +48,14 @@ from volumetool.compaction.store import (
     record_failure,
     thread_facts,
 )
-from volumetool.compaction.summarize import Limits, Spent, Summary, SummaryFailed, summarize
+from volumetool.compaction.summarize import (
+    DEFAULT_TOKEN_SCALE,
+    Limits,
+    Spent,
+    Summary,
+    SummaryFailed,
+    summarize,
+)
 from volumetool.compaction.unrecorded import Pending, UnrecordedRun, record_kept
 from volumetool.errors import Busy, Interrupted, UnusableInput, VolumetoolError, worst_exit_code
 from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy, TlsContext
@@ -242,7 +249,9 @@ def check_request(request: Request) -> None:
     if request.min_retention is not None and not 0 <= request.min_retention <= 1:
         raise UnusableInput("--min-retention is a share of the facts, from 0 to 1")
     system = system_prompt(request.prompt, request.instructions)
-    least = estimate_text_tokens(system) + request.max_summary_tokens + MIN_PART_TOKENS + 200
+    # in real tokens, as the server counts them before it has said how (DEFAULT_TOKEN_SCALE)
+    estimated = estimate_text_tokens(system) + MIN_PART_TOKENS + 200
+    least = math.ceil(estimated * DEFAULT_TOKEN_SCALE) + request.max_summary_tokens
     if request.max_input_tokens < least:
         raise UnusableInput(
             f"--max-input-tokens {request.max_input_tokens:,} leaves no room for the "
