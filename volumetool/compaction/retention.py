@@ -832,8 +832,8 @@ class _Source:
             return bool(runs) and all(run in self.text for run in runs)
         if matcher == "name" and not self.names.isdisjoint(_names(fact)):
             return True
-        needles = [fact.key, _normal(fact.text)]
-        needles.extend(needle for needle, _ in _needles(fact) or ())
+        needles = {fact.key, _normal(fact.text)}
+        needles.update(needle for needle, _ in _needles(fact) or ())
         return any(needle and needle in self.text for needle in needles)
 
 
