@@ -64,7 +64,9 @@ CREATE TABLE audit (
 -- the fold's hard facts it kept, when it was undone (its messages are live again), and the
 -- summary it replaced, which undo restores: `replaced_kept` is 1 when `replaced_summary` holds
 -- it (NULL: the thread had none), 0 for rows from before m007 (the summary before is then
--- that of the compaction before, when known).
+-- that of the compaction before, when known). From m008 (SPEC section 14): the first 20 facts
+-- its summary invented (JSON, as `missing_facts`), and the input tokens its server counted for
+-- each one volumetool estimated (NULL: not reported), which sizes the next requests to its model.
 CREATE TABLE compactions (
   run_id INTEGER PRIMARY KEY REFERENCES runs (id),
   session_id INTEGER NOT NULL REFERENCES sessions (id),
@@ -73,7 +75,7 @@ CREATE TABLE compactions (
   retention REAL,
   missing_facts TEXT,
   undone_at TEXT
-, replaced_summary TEXT, replaced_kept INTEGER NOT NULL DEFAULT 0);
+, replaced_summary TEXT, replaced_kept INTEGER NOT NULL DEFAULT 0, invented_facts TEXT, tokens_per_estimate REAL);
 
 -- Persistent memory: key -> fact.
 CREATE TABLE memories (key TEXT PRIMARY KEY, value TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);

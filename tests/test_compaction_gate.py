@@ -119,6 +119,18 @@ def test_a_summary_that_invents_more_facts_than_it_keeps_is_refused(run_cli, vol
     assert last_event(volume["path"])["invented_facts"] == invented
 
 
+def test_the_compactions_history_keeps_the_invented_facts(run_cli, volume, server):
+    server.summary = JUNK
+    result = compact(run_cli, volume, "--min-retention", "0")
+    [outcome] = json.loads(result.stdout)
+    assert outcome["status"] == "compacted" and len(outcome["invented_facts"]) >= 2
+    [(missing, invented)] = rows(
+        volume["path"], "SELECT missing_facts, invented_facts FROM compactions"
+    )
+    assert json.loads(invented) == outcome["invented_facts"]
+    assert json.loads(missing) == outcome["missing_facts"]
+
+
 def test_a_faithful_summary_passes_both_checks(run_cli, volume, server):
     server.summary = (
         "Tickets OPS-4471 and OPS-4472: invoices INV-2026-0002 (€1,240.50, due 2026-12-10) "
@@ -223,3 +235,60 @@ def test_a_fold_in_one_part_fails_with_the_reason_alone(server, tmp_path, key):
     server.fault = "content_filter"
     [outcome], _ = run_compact([str(path)], provider_request(server))
     assert outcome.error.startswith("the provider's content filter stopped the answer (POST ")
+
+
+# --- token estimates learn --------------------------------------------------------------------
+
+
+def count_twice_the_estimate(server):
+    """The server counts twice the tokens volumetool estimates for what it sent."""
+    from volumetool.compaction.plan import estimate_text_tokens
+
+    def count(body):
+        sent = sum(estimate_text_tokens(m["content"]) for m in body["messages"])
+        server.usage = {"input": 2 * sent, "output": 80, "cache_creation": 0, "cache_read": 0}
+
+    server.on_request = count
+
+
+def test_the_servers_count_corrects_the_next_plans_estimate(server, tmp_path, key):
+    """After one compaction whose server counted twice the estimate, the next request to that
+    model holds --max-input-tokens in the server's tokens: a fold that went in one request
+    before is now split. A volume without the figure still sends it whole."""
+    count_twice_the_estimate(server)
+    w = VolumeWriter(tmp_path / "learned.db")
+    due_thread(w, "first", turns=12)
+    due_thread(w, "second", turns=12)
+    w.close()
+    first = provider_request(server, key="first", force=True, max_summary_tokens=256)
+    [outcome], _ = run_compact([str(w.path)], first)
+    assert outcome.status == "compacted" and len(server.requests) == 1
+    [(scale,)] = rows(w.path, "SELECT tokens_per_estimate FROM compactions")
+    assert scale == 2.0
+    sent = server.requests[0]["body"]["messages"]
+    from volumetool.compaction.plan import estimate_text_tokens
+
+    estimated = sum(estimate_text_tokens(m["content"]) for m in sent) + 256 + 200
+    # room for it whole at the default 1.5 server tokens an estimated one, not at 2
+    limit = int(1.65 * estimated)
+    second = provider_request(
+        server, key="second", force=True, max_summary_tokens=256, max_input_tokens=limit
+    )
+    fresh = VolumeWriter(tmp_path / "fresh.db")
+    due_thread(fresh, "other", turns=12)
+    due_thread(fresh, "second", turns=12)
+    fresh.close()
+    server.requests.clear()
+    [outcome], _ = run_compact([str(fresh.path)], second)
+    assert outcome.status == "compacted" and len(server.requests) == 1
+    server.requests.clear()
+    [outcome], _ = run_compact([str(w.path)], second)
+    assert outcome.status == "compacted" and len(server.requests) >= 2, outcome
+    for request in server.requests:  # each within the limit, as the server counts
+        assert server_count(request) + 256 <= limit
+
+
+def server_count(request) -> int:
+    from volumetool.compaction.plan import estimate_text_tokens
+
+    return 2 * sum(estimate_text_tokens(m["content"]) for m in request["body"]["messages"])

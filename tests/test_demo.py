@@ -86,12 +86,12 @@ def test_demo_refuses_to_overwrite(tmp_path, run_cli):
 # _sqlite_migrations is left out: it records when each migration ran.
 DEMO_DIGESTS = {
     (1, 1): "b227e6489be42561b1f73fd46084e42cf9a335ea1b75d6652bebdac01ef37be0",
-    (12, 1): "138571b6a416ecac23a592309e84ceed7a4b5a55df9a3f75c082a1bdf8a0aa6f",
-    (40, 1): "9ae0cccc204fa9c9f1ddce0a9f25de28b38a878ad8fab9b1a97c9904013e0ccf",
-    (40, 7): "03e0542758eb93f21b75420bc3e11f9d324205a69edb0990d29e74e780fce192",
-    (200, 3): "79f459b19545e3434b029254df8f7d6063b00757df2935d37697a3dcd67ec112",
+    (12, 1): "cf899d0c54704f0dde6dbdefea5c6b561e483ac8b4aa3f17e0ec8eb5db2da0b9",
+    (40, 1): "4f06abb73822de97b2abfbcba4a330fe9536be48521728424e6f41247bca42bc",
+    (40, 7): "b3bd4b66f09e638ed7614e1d75272bba055ddfdfef2dcf61edf5a1058203bb41",
+    (200, 3): "aa056765caa76145019ffeb6ed036f9d9f6c9b1cab5cd535d501544616aa02aa",
     # Over FLUSH_ROWS messages: the rows reach the file in more than one batch.
-    (400, 5): "04e732520d76f02fa548971eec9e191a9d8fe10d31aa9e6989634418f63d56ff",
+    (400, 5): "d5b7106ec59bc60a93325d83d57eee841d51b5c30e4a0e48e46d5551ca82bcf6",
 }
 DEMO_TABLES = ("identity", "sessions", "messages", "runs", "audit", "compactions", "memories")
 

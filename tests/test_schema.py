@@ -138,7 +138,7 @@ CREATE INDEX runs_by_started ON runs(started_at);
 CREATE TABLE Compactions (Run_Id integer primary key references runs, session_id integer
   not null references sessions(id), summary text, saved_tokens integer, retention real,
   missing_facts text, undone_at text, replaced_summary text,
-  replaced_kept integer not null default (0));
+  replaced_kept integer not null default (0), invented_facts text, tokens_per_estimate real);
 CREATE INDEX compactions_by_session ON compactions (session_id ASC, run_id);
 """
 MESSAGES_RESPELLED = """

@@ -30,6 +30,7 @@ MIGRATIONS = (
     "m005_listing_indexes",
     "m006_compaction_history",
     "m007_compaction_replaced_summary",
+    "m008_compaction_quality",
 )
 
 
@@ -168,6 +169,8 @@ CURRENT_SCHEMA: Schema = {
             _text("undone_at", notnull=False),
             _text("replaced_summary", notnull=False),
             Column("replaced_kept", "INTEGER", notnull=True, default="0"),
+            _text("invented_facts", notnull=False),
+            Column("tokens_per_estimate", "REAL"),
         ),
         (ForeignKey("run_id", "runs", "id"), ForeignKey("session_id", "sessions", "id")),
     ),

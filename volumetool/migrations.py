@@ -464,3 +464,14 @@ def m007_compaction_replaced_summary(db) -> None:
     conn = db.conn
     conn.execute("ALTER TABLE compactions ADD COLUMN replaced_summary TEXT")
     conn.execute("ALTER TABLE compactions ADD COLUMN replaced_kept INTEGER NOT NULL DEFAULT 0")
+
+
+@migrations()
+def m008_compaction_quality(db) -> None:
+    """Keep with each compaction the facts its summary invented (SPEC section 14), beside
+    those it lost, and the input tokens its server counted for each one volumetool estimated,
+    from which the next compactions with that model size their requests. Rows from before
+    this keep NULL for both: unknown."""
+    conn = db.conn
+    conn.execute("ALTER TABLE compactions ADD COLUMN invented_facts TEXT")
+    conn.execute("ALTER TABLE compactions ADD COLUMN tokens_per_estimate REAL")

@@ -20,7 +20,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,7 @@ from volumetool.compaction.store import (
     load_thread,
     record_failure,
     thread_facts,
+    token_scale,
 )
 from volumetool.compaction.summarize import (
     DEFAULT_TOKEN_SCALE,
@@ -176,6 +177,7 @@ class Job:
     thread: Thread
     plan: FoldPlan
     due: Due
+    token_scale: float = DEFAULT_TOKEN_SCALE  # the server's tokens per estimated one
 
 
 def check_api_key(key: str, variable: str) -> str:
@@ -277,6 +279,7 @@ class _Planner:
         # once calls are under way would hold them up. Each keeps its own outcomes, in order.
         self.volumes: list[tuple[Volume | None, list[Outcome]]] = []
         self._skipped: list[Outcome] = []  # the outcomes of the volume being planned
+        self._scale = DEFAULT_TOKEN_SCALE  # the volume's figure for the model (store.token_scale)
         for argument in arguments:
             try:
                 self.volumes.append((open_volume(argument, request, stack), []))
@@ -333,6 +336,7 @@ class _Planner:
     def _volume(self, volume: Volume) -> Iterator[Job | None]:
         request, settings = self.request, self.request.config.memory
         with volume.snapshot() as conn:
+            self._scale = token_scale(conn, self.model) or DEFAULT_TOKEN_SCALE
             if request.key is not None:
                 candidates = active_threads(conn, key=request.key)
                 if not candidates:
@@ -391,7 +395,7 @@ class _Planner:
                 due,
             )
             return None
-        return Job(volume, thread, plan, due)
+        return Job(volume, thread, plan, due, self._scale)
 
 
 def _unusable(argument: str | None, exc: VolumetoolError) -> Outcome:
@@ -491,6 +495,7 @@ def write_ending(job: Job, ending: Ending) -> Outcome:
             kept.get("retention"),
             tuple(kept.get("missing_facts", ())),
             tuple(kept.get("invented_facts", ())),
+            ending.summary.tokens_per_estimate,
         )
         run_id = commit_summary(conn, thread, fold, written, model, usage, ending.times)
         return _planned(
@@ -723,8 +728,9 @@ async def summarize_all(
 
             async def one(job: Job) -> Outcome:
                 async with semaphore:
+                    scaled = replace(limits, token_scale=job.token_scale)
                     ending = await summarize_job(
-                        job, client, system, limits, request.min_retention, reader
+                        job, client, system, scaled, request.min_retention, reader
                     )
                 if isinstance(ending, str):
                     outcome = _planned(

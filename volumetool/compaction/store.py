@@ -255,6 +255,27 @@ class Written:
     retention: float | None = None
     missing_facts: tuple[str, ...] = ()
     invented_facts: tuple[str, ...] = ()
+    tokens_per_estimate: float | None = None  # the server's input tokens per estimated one
+
+
+LEARNED_FROM = 5  # the latest compactions with a model whose figures size its next requests
+TOKEN_SCALE_RANGE = (0.25, 4.0)  # a figure outside is a server's mistake, not a tokenizer
+
+
+def token_scale(conn: sqlite3.Connection, model: str | None) -> float | None:
+    """The input tokens the model's server counted for each one volumetool estimated, in the
+    latest `LEARNED_FROM` compactions with it that reported them: the largest (an estimate
+    should err large), within `TOKEN_SCALE_RANGE`; None before any."""
+    [(scale,)] = conn.execute(
+        "SELECT max(tokens_per_estimate) FROM (SELECT c.tokens_per_estimate FROM compactions c"
+        " JOIN runs r ON r.id = c.run_id WHERE r.model = ? AND c.tokens_per_estimate > 0"
+        " ORDER BY c.run_id DESC LIMIT ?)",
+        (model, LEARNED_FROM),
+    ).fetchall()
+    if not isinstance(scale, float | int):
+        return None
+    low, high = TOKEN_SCALE_RANGE
+    return min(max(float(scale), low), high)
 
 
 def commit_summary(
@@ -279,7 +300,8 @@ def commit_summary(
     # The summary it replaces (checked unchanged under this lock): what an undo restores.
     conn.execute(
         "INSERT INTO compactions (run_id, session_id, summary, saved_tokens, retention,"
-        " missing_facts, replaced_summary, replaced_kept) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+        " missing_facts, replaced_summary, replaced_kept, invented_facts, tokens_per_estimate)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
         (
             run_id,
             thread.session_id,
@@ -288,6 +310,8 @@ def commit_summary(
             summary.retention,
             missing,
             thread.summary,
+            json.dumps(list(summary.invented_facts), ensure_ascii=False),
+            summary.tokens_per_estimate,
         ),
     )
     audit.record(
