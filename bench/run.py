@@ -137,14 +137,16 @@ def measure(
     return Timing(seconds, peak)
 
 
-def in_turns(commands: Sequence[Sequence[object]], runs: int) -> list[Timing]:
+def in_turns(
+    commands: Sequence[Sequence[object]], runs: int, setup: Callable[[], None] | None = None
+) -> list[Timing]:
     """Each command `runs` times, one after the other in turns: a change in the host's load
     then moves every one of them alike, and their ratio stays."""
     seconds: list[list[float]] = [[] for _ in commands]
     peaks = [0.0 for _ in commands]
     for _ in range(runs):
         for n, command in enumerate(commands):
-            once = measure(command, 1)
+            once = measure(command, 1, setup=setup)
             seconds[n].extend(once.seconds)
             peaks[n] = max(peaks[n], once.peak_mb)
     return [Timing(s, p) for s, p in zip(seconds, peaks, strict=True)]
@@ -426,9 +428,10 @@ def memories_rows(scale: Scale) -> list[Row]:
     return rows
 
 
-# The floor of moving a 0.x file's transcripts: the bare SQL that puts the same elements into
+# The floor of migrating a 0.x file: the bare SQL that puts the same transcript elements into
 # the messages table of the current format with its two indexes, each field read with `->>`,
-# and nothing else (no checks, no other tables, no ORDER BY).
+# then the checks SPEC section 8 asks of any migration, once (integrity_check and
+# foreign_key_check); nothing else (no other tables, no ORDER BY).
 MIGRATE_FLOOR_SQL = """
 CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL REFERENCES sessions (id),
   role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
@@ -440,6 +443,8 @@ INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, creat
 SELECT s.id, e.value ->> 'role', e.value ->> 'content', e.value -> 'tool_calls',
   e.value ->> 'tool_call_id', e.value ->> 'ts'
 FROM sessions s, json_each(s.transcript) e;
+PRAGMA integrity_check;
+PRAGMA foreign_key_check;
 """
 
 
@@ -457,9 +462,13 @@ def migrate_row(scale: Scale, large: Path) -> Row:
     def no_copy() -> None:
         copy.unlink(missing_ok=True)
 
+    # in turns: on a shared machine a change of load then moves both alike
+    ours, floor = in_turns(
+        [[VT, "migrate", work, "--no-backup"], sqlite3_cli(work, MIGRATE_FLOOR_SQL)],
+        scale.runs,
+        setup=fresh_copy,
+    )
     runs = max(scale.runs // 2, 1)
-    ours = measure([VT, "migrate", work, "--no-backup"], runs, setup=fresh_copy)
-    floor = measure(sqlite3_cli(work, MIGRATE_FLOOR_SQL), runs, setup=fresh_copy)
     vacuum = measure(sqlite3_cli(legacy, f"VACUUM INTO '{copy}'"), runs, setup=no_copy)
     size = legacy.stat().st_size / 1e6
     for p in (*CACHE.glob("legacy-work.db*"), copy):
@@ -468,7 +477,7 @@ def migrate_row(scale: Scale, large: Path) -> Row:
         f"migrate a 0.x file ({messages:,} messages, {size:,.0f} MB)",
         "<= 1.5x the bare SQL",
         ours,
-        "sqlite3: INSERT ... json_each ->> into indexed messages",
+        "sqlite3: INSERT ... json_each ->> into indexed messages, integrity + FK check",
         floor,
         note=f"{size / ours.median:,.1f} MB/s; VACUUM INTO of the file: {vacuum.median:.3f}s",
     )

@@ -667,49 +667,30 @@ def test_m002_writes_the_same_bytes_with_arrow_and_with_json_extract(
         assert isinstance(with_extract, str)
 
 
-def _fk_file() -> sqlite3.Connection:
-    conn = sqlite3.connect(":memory:", isolation_level=None)
-    conn.executescript(
-        "CREATE TABLE _sqlite_migrations (name TEXT);"
-        "CREATE TABLE parent (id INTEGER PRIMARY KEY);"
-        "CREATE TABLE child (id INTEGER PRIMARY KEY, parent_id INTEGER REFERENCES parent (id));"
-        "INSERT INTO parent VALUES (1), (2); INSERT INTO child VALUES (1, 1), (2, 2);"
-    )
-    return conn
-
-
 @pytest.mark.parametrize(
-    ("migration", "dangling"),
-    [
-        # a new table whose rows point nowhere: found by checking that table alone
-        (
-            "CREATE TABLE fresh (id INTEGER PRIMARY KEY, parent_id INTEGER REFERENCES parent);"
-            "INSERT INTO fresh VALUES (1, 9)",
-            "fresh row 1 points to a missing parent row",
-        ),
-        # a rebuilt parent that lost a row: found in the table referring to it
-        (
-            "CREATE TABLE p2 (id INTEGER PRIMARY KEY); INSERT INTO p2 VALUES (1);"
-            "DROP TABLE parent; ALTER TABLE p2 RENAME TO parent",
-            "child row 2 points to a missing parent row",
-        ),
-        # a row changed in a table nothing rebuilt: the whole file is checked
-        (
-            "CREATE TABLE other (id INTEGER PRIMARY KEY); INSERT INTO other VALUES (1);"
-            "UPDATE child SET parent_id = 7 WHERE id = 1",
-            "child row 1 points to a missing parent",
-        ),
-        ("CREATE INDEX child_by_parent ON child (parent_id)", None),
-    ],
+    "faulty", ["m003_runs_last_input_tokens", "m007_compaction_replaced_summary"]
 )
-def test_each_migration_is_checked_for_rows_pointing_nowhere(migration, dangling):
-    from volumetool.upgrade import _dangling_after, _tables
+def test_a_row_left_pointing_nowhere_fails_the_migrate(tmp_path, run_cli, monkeypatch, faulty):
+    """The whole file is checked once, before the last migration commits: a row that any
+    migration of the run left pointing nowhere fails the migrate (exit 1), naming the row, and
+    the last migration is not applied."""
+    path, _ = legacy_file(tmp_path / "agent.db")
+    migration = next(m for m in migrations._migrations if m.name == faulty)
+    original = migration.fn
 
-    conn = _fk_file()
-    tables, changes = _tables(conn), conn.total_changes
-    conn.executescript(migration + "; INSERT INTO _sqlite_migrations VALUES ('m')")
-    found = _dangling_after(conn, tables, changes)
-    assert (found is None) if dangling is None else found.startswith(dangling)
+    def planting(db) -> None:
+        original(db)
+        db.conn.execute("UPDATE runs SET session_id = 99 WHERE id = 1")
+
+    monkeypatch.setattr(migration, "fn", planting)
+    assert_clean_error(
+        run_cli("migrate", path, "--no-backup"),
+        1,
+        f"migration {migrations._migrations[-1].name} failed",
+        "runs row 1 points to a missing sessions row",
+    )
+    recorded = sqlite3.connect(path).execute("SELECT name FROM _sqlite_migrations").fetchall()
+    assert [name for (name,) in recorded] == [m.name for m in migrations._migrations[:-1]]
 
 
 def test_the_arrow_path_moves_well_formed_transcripts_without_falling_back(monkeypatch):

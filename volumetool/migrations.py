@@ -162,9 +162,10 @@ ORDER BY s.id, e.id"""
 # computed twice): the innermost renders each element's JSON once, the middle one reads each
 # field once, the outer one asks json_type only where the value alone cannot tell (an integer
 # that may be true or false, a text that may be an array's JSON). Each message takes its id
-# from its thread's first id (the parameter: a JSON array of [thread id, first id - 1]) and
-# its place in the transcript, so ids follow thread and transcript order without sorting every
-# message. A role is read only from an object, so an element that is not one fails the insert.
+# from its thread's first id (the temporary table m002_first_ids: thread id, first id - 1)
+# and its place in the transcript, so ids follow thread and transcript order without sorting
+# every message. A role is read only from an object, so an element that is not one fails the
+# insert.
 # The statement above is the reference; a property test holds the two equal.
 MOVE_TRANSCRIPTS_ARROW_SQL = """
 INSERT INTO messages (id, session_id, role, content, tool_calls, tool_call_id, created_at)
@@ -198,21 +199,23 @@ FROM (
     element ->> '$.tool_call_id' AS tool_call_id,
     element ->> '$.ts' AS ts
   FROM (
-    SELECT (t.value ->> 1) + e.key + 1 AS id, s.id AS session_id,
+    SELECT t.base + e.key + 1 AS id, s.id AS session_id,
       s.created_at AS thread_created_at, e.type AS type, e.value AS element
-    FROM json_each(?) t CROSS JOIN sessions s CROSS JOIN json_each(s.transcript) e
-    WHERE s.id = t.value ->> 0
+    FROM temp.m002_first_ids t CROSS JOIN sessions s CROSS JOIN json_each(s.transcript) e
+    WHERE s.id = t.id
     LIMIT -1 OFFSET 0
   )
   LIMIT -1 OFFSET 0
 )"""
 
 # Each thread's element count when its transcript is a JSON array (NULL when not, for
-# check_transcripts to name), and whether it holds an escaped NUL.
+# check_transcripts to name), and whether it holds an escaped NUL. Each transcript is parsed
+# once (json_array_length is 0 for a value that is not an array; json_type tells those from an
+# empty array), and text that is not JSON fails the statement.
 TRANSCRIPT_SHAPES_SQL = """
 SELECT id,
-  CASE WHEN json_valid(transcript) AND json_type(transcript) = 'array'
-    THEN json_array_length(transcript) END,
+  coalesce(nullif(json_array_length(transcript), 0),
+    CASE WHEN json_type(transcript) = 'array' THEN 0 END),
   instr(transcript, '\\u0000') > 0
 FROM sessions ORDER BY id"""
 
@@ -287,7 +290,10 @@ def _move_with_arrow(conn) -> None:
     for session_id, length, with_nul in shapes:
         (in_python if with_nul else in_sql).append((session_id, first, length))
         first += length
-    conn.execute(MOVE_TRANSCRIPTS_ARROW_SQL, (json.dumps([t[:2] for t in in_sql]),))
+    conn.execute("CREATE TEMP TABLE m002_first_ids (id INTEGER PRIMARY KEY, base INTEGER)")
+    conn.executemany("INSERT INTO temp.m002_first_ids VALUES (?, ?)", [t[:2] for t in in_sql])
+    conn.execute(MOVE_TRANSCRIPTS_ARROW_SQL)
+    conn.execute("DROP TABLE temp.m002_first_ids")
     for session_id, before, length in in_python:
         transcript, created_at = conn.execute(
             "SELECT transcript, created_at FROM sessions WHERE id = ?", (session_id,)
