@@ -17,6 +17,8 @@ from email.utils import format_datetime
 
 import httpx
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tests.support.model_server import ModelServer
 from volumetool.model_client import (
@@ -1322,3 +1324,36 @@ def test_certificates_are_verified_with_or_without_a_prepared_context(prepared):
     context = asyncio.run(go())
     assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
     assert (context is tls.get()) if tls else len(context.get_ca_certs()) > 0
+
+
+def _repeating_by_every_length(text: str) -> bool:
+    """The definition, one comparison for every passage length: the oracle."""
+    from volumetool.model_client import REPEATS, SPAN, UNIT
+
+    for unit in range(UNIT[0], UNIT[1] + 1):
+        span = max(unit * REPEATS, SPAN)
+        if span > len(text):
+            return False
+        tail = text[-span:]
+        if tail[unit:] == tail[:-unit] and not tail.isspace():
+            return True
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="ab c.\n", max_size=400),
+    st.text(alphabet="ab c.\n", min_size=1, max_size=700),
+    st.integers(min_value=0, max_value=40),
+    st.text(alphabet="ab c.\n", max_size=12),
+)
+@example("", "aabbcc. ", 31, "")  # the shortest passage, just long enough to count
+@example("x" * 300, "", 0, "")
+@example("", "a" * 599 + "b", 3, "")  # the longest passage, three times
+def test_repeating_tries_only_the_lengths_that_can_repeat(head, passage, times, tail):
+    """The repetition check finds the lengths to try from where the text's last characters
+    occur again; it answers as trying every length does, on texts that repeat and not."""
+    from volumetool.model_client import repeating
+
+    text = head + passage * times + tail
+    assert repeating(text) == _repeating_by_every_length(text)

@@ -846,14 +846,26 @@ CHECK_EVERY = 32
 
 def repeating(text: str) -> bool:
     """Whether the text ends in one passage written over and over (see UNIT, REPEATS, SPAN):
-    its last `span` characters equal themselves shifted by the passage's length."""
-    for unit in range(UNIT[0], UNIT[1] + 1):
+    its last `span` characters equal themselves shifted by the passage's length.
+
+    Only lengths at which the text's last UNIT[0] characters occur again are tried: a text
+    that repeats a passage of length u ends in characters that stood u earlier too. So a check
+    costs a few `rfind`s, not one comparison for every length from UNIT[0] to UNIT[1]: it runs
+    every CHECK_EVERY characters of a streamed answer."""
+    end = len(text)
+    if end < SPAN:  # every span is at least SPAN long
+        return False
+    probe = text[-UNIT[0] :]
+    start = max(0, end - UNIT[0] - UNIT[1])
+    found = text.rfind(probe, start, end - 1)
+    while found != -1:
+        unit = end - UNIT[0] - found
         span = max(unit * REPEATS, SPAN)
-        if span > len(text):
-            return False
-        tail = text[-span:]
-        if tail[unit:] == tail[:-unit] and not tail.isspace():
-            return True
+        if unit >= UNIT[0] and span <= end:
+            tail = text[-span:]
+            if tail[unit:] == tail[:-unit] and not tail.isspace():
+                return True
+        found = text.rfind(probe, start, found + UNIT[0] - 1)
     return False
 
 
