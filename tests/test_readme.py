@@ -5,8 +5,11 @@ network."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +50,11 @@ def test_every_readme_shell_example_runs_as_written(tmp_path):
             "VOLUMETOOL_VOLUME": "",
             "COLUMNS": "100",
         }
+        # A clone: the examples run where the README has you run them, beside the project's
+        # .gitignore, which must cover whatever they leave behind.
+        shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")
+        git(tmp_path, "init", "-q")
+        git(tmp_path, "add", ".gitignore")
         result = subprocess.run(
             ["bash", "-c", script],
             cwd=tmp_path,
@@ -56,7 +64,33 @@ def test_every_readme_shell_example_runs_as_written(tmp_path):
             timeout=600,
             stdin=subprocess.DEVNULL,
         )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
-    assert server.requests, "the README's compact calls the model"
-    assert (tmp_path / "history.md").read_text().count("summary") >= 1
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+        assert server.requests, "the README's compact calls the model"
+        assert (tmp_path / "history.md").read_text().count("summary") >= 1
+        untracked = git(tmp_path, "status", "--porcelain", "--untracked-files=all").splitlines()
+        assert untracked == ["A  .gitignore"], "\n".join(untracked)  # what .gitignore misses
+        # Every search example finds something in the demo volume, whatever today's date.
+        searches = [
+            shlex.split(line, comments=True)
+            for block in blocks
+            for line in block.splitlines()
+            if line.startswith("volumetool search ")
+        ]
+        assert len(searches) >= 3
+        for words in searches:
+            found = subprocess.run(
+                [*words, *([] if "--json" in words else ["--json"]), "-n", "0"],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            assert found.returncode == 0, found.stderr
+            assert json.loads(found.stdout), f"`{shlex.join(words)}` finds nothing in the demo"
+
+
+def git(where: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=where, capture_output=True, text=True, check=True
+    ).stdout
