@@ -905,7 +905,7 @@ def test_a_thread_named_but_not_due_is_a_skipped_row_that_says_why(run_cli, volu
     assert server.requests == []
 
 
-@pytest.mark.parametrize("how", ["deleted", "replaced"])
+@pytest.mark.parametrize("how", ["deleted", "replaced", "re-inserted at another time"])
 def test_a_conflict_counts_the_folded_messages_that_changed(tmp_path, how):
     """The re-check under the lock says how many of the fold's messages are gone or were
     written again (SPEC 6, "Identity at commit"), out of how many."""
@@ -922,7 +922,14 @@ def test_a_conflict_counts_the_folded_messages_that_changed(tmp_path, how):
         w.conn.execute(f"DELETE FROM messages WHERE id IN ({ids[0]}, {ids[1]})")
         expected = f"2 of the {len(fold)} messages to fold were folded or deleted meanwhile"
     else:
-        w.conn.execute(f"UPDATE messages SET content = 'new' WHERE id IN {tuple(ids)}")
+        if how == "replaced":
+            w.conn.execute(f"UPDATE messages SET content = 'new' WHERE id IN {tuple(ids)}")
+        else:  # the same id and text, written again later (after a /reset): not the same message
+            for message_id in ids:
+                row = w.conn.execute("SELECT * FROM messages WHERE id = ?", (message_id,))
+                again = (*row.fetchone()[:6], "2026-12-01T00:00:00.000Z", None)
+                w.conn.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+                w.conn.execute(f"INSERT INTO messages VALUES ({', '.join('?' * 8)})", again)
         expected = (
             f"3 of the {len(fold)} messages to fold were replaced meanwhile "
             "(the thread was reset and written again)"

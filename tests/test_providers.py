@@ -424,8 +424,13 @@ def test_a_fold_too_long_for_the_model_is_summarized_in_parts(server, tmp_path):
     server.context_limit = 5_000  # characters of conversation the "model" takes
     answers = iter(f"Summary after part {n}: deploy/values.yaml, PR #204." for n in range(1, 99))
     server.answer = lambda body: next(answers)
+    # each call reports its own prompt size: 1000 + its place among the requests
+    server.on_request = lambda body: server.usage.update(input=1000 + len(server.requests))
     before = table_dump(w.path)
-    [outcome], code = compact([str(w.path)], request(server))
+    try:
+        [outcome], code = compact([str(w.path)], request(server))
+    finally:
+        server.usage["input"] = 1200
     assert (outcome.status, code) == ("compacted", 0), outcome
     accepted = [r for r in server.requests if r["fault"] is None]
     refused = [r for r in server.requests if r["fault"] == "context_length"]
@@ -443,7 +448,9 @@ def test_a_fold_too_long_for_the_model_is_summarized_in_parts(server, tmp_path):
     [(summary,)] = [(r[4],) for r in table_dump(w.path)["sessions"] if r[0] == s]
     assert summary == f"Summary after part {len(accepted)}: deploy/values.yaml, PR #204."
     [run] = [r for r in table_dump(w.path)["runs"] if r[2] == "compaction"]
-    assert run[5] == 1200 * len(accepted) and run[6] == 80 * len(accepted)  # every call counted
+    figures = [1001 + n for n, r in enumerate(server.requests) if r["fault"] is None]
+    assert run[5] == sum(figures) and run[6] == 80 * len(accepted)  # every call counted
+    assert run[7] == figures[-1]  # last_input_tokens: the last call's prompt, not the first's
     assert before["memories"] == table_dump(w.path)["memories"]
 
 
