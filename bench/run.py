@@ -1256,7 +1256,18 @@ def write_markdown(rows: list[Row], scale: Scale, path: Path, took: float, large
             f"{r.ours.peak_mb:.0f} MB | {r.baseline_name} | {r.baseline_seconds:.3f} s | "
             f"{r.ratio:.2f}x | {r.goal} | {met} |"
         )
-    path.write_text("\n".join(lines) + "\n" + NOTES + retention_section())
+    path.write_text(
+        "\n".join(lines) + "\n" + NOTES + retention_section() + real_model_section(path)
+    )
+
+
+def real_model_section(path: Path) -> str:
+    """The section `make real-model` wrote (bench/real_model.py), kept as it was."""
+    from bench.real_model import section_at
+
+    text = path.read_text() if path.exists() else ""
+    found = section_at(text)
+    return "\n" + text[found[0] : found[1]] if found else ""
 
 
 NOTES = """
