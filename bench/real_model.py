@@ -139,9 +139,21 @@ class Server:
             time.sleep(1)
         raise SystemExit(f"llama-server not ready after {patience:g}s; see {self.log}")
 
-    def model_seconds(self) -> float:
+    def metrics(self) -> str:
         with urllib.request.urlopen(self.url + "/metrics", timeout=10) as answer:
-            text = answer.read().decode()
+            return answer.read().decode()
+
+    def model_seconds(self) -> float:
+        """The seconds the server spent on prompts and tokens, once it has finished what it
+        was doing: a request the client gave up on (a repetition stopped) ends a moment later,
+        and counts only when it has."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = self.metrics()
+            busy = re.search(r"^llamacpp:requests_processing\s+(\S+)", text, re.MULTILINE)
+            if not busy or float(busy.group(1)) == 0:
+                break
+            time.sleep(0.5)
         total = 0.0
         for name in MODEL_SECONDS:
             found = re.search(rf"^{re.escape(name)}\s+(\S+)", text, re.MULTILINE)
@@ -255,7 +267,9 @@ def table(passes: list[Pass], args: argparse.Namespace, server_binary: Path) -> 
         "and writing tokens (its `/metrics`); the rest of the wall time is volumetool's "
         "process, planning, retention check and writes, and the HTTP exchange. *Tokens "
         "estimated* is volumetool's estimate of the fold alone; the server's prompt count "
-        "adds the system prompt and fences.",
+        "adds the system prompt and fences. The Anthropic pass follows the OpenAI one on the "
+        "same server and the same prompts: llama-server's prompt cache spares it most of the "
+        "reading, so its time in the model is mostly writing.",
         "",
     ]
     return "\n".join(lines)
