@@ -4,6 +4,7 @@ no key, and a CPU model answers slowly — both against the real test server on 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -151,6 +152,10 @@ def test_a_model_that_repeats_itself_is_stopped_early(run_cli, tmp_path, server,
     assert "max-summary-tokens" not in row["error"]
     assert f"POST {server.url}" in row["error"]
     [stream] = server.streams
+    # The server learns of the close at its next write after it: wait for that (bounded).
+    deadline = time.monotonic() + 30
+    while not stream["closed"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert stream["closed"] and stream["events"] < stream["of"] / 10, stream
     # stopped within a few repetitions of the sentence
     events_per_sentence = len(REPEATED_SENTENCE) / 24
