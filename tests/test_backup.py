@@ -158,10 +158,8 @@ def kill_midway(args: list, volume: Path, tmpdir: Path | None = None) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
     while not records(volume):
         assert process.poll() is None, "the backup finished before it could be killed"
-        assert time.monotonic() < deadline
         time.sleep(0.001)
     process.send_signal(signal.SIGKILL)
     process.wait()

@@ -74,7 +74,7 @@ def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, serv
     server.latency = 60  # the answers would come long after the Ctrl-C
     before = table_dump(w.path)
     proc = start_compact(w.path, config, "--concurrency", "2", "--json")
-    wait_for(lambda: server.in_flight == 2)
+    wait_for(lambda: server.in_flight == 2, proc)
     time.sleep(settled)
     code, err = interrupt(proc)
     assert code == 130, err
@@ -115,7 +115,7 @@ def test_an_interrupt_while_waiting_for_a_volume_lock_starts_nothing_more(
     before = table_dump(paths[1])
     with volume_lock(paths[0]):
         proc = start_compact(paths[0], config, paths[1], "--wait", "60")
-        wait_for(lambda: holds_open(proc.pid, lock_path(paths[0])))
+        wait_for(lambda: holds_open(proc.pid, lock_path(paths[0])), proc)
         exit_code, err = interrupt(proc, signum)
     assert exit_code == code, err
     assert err.splitlines() == [f"volumetool: {paths[0]}: interrupted; nothing was written"]

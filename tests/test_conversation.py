@@ -25,6 +25,7 @@ from wcwidth import wcswidth
 
 from tests.conftest import assert_clean_error
 from tests.support.volumes import VolumeWriter
+from tests.test_cli import wait_for
 from volumetool import demo
 from volumetool.cli import terminal
 from volumetool.conversation import ViewOptions, markdown, text_lines
@@ -941,7 +942,7 @@ def test_sigterm_while_the_pager_shows_the_transcript_ends_the_pager_too(tmp_pat
     import pty
 
     script = tmp_path / "pager.sh"
-    script.write_text('#!/bin/sh\necho $$ > "$0.pid"\ncat > /dev/null\nexec sleep 60\n')
+    script.write_text('#!/bin/sh\necho $$ > "$0.pid"\ncat > /dev/null\nexec sleep 3600\n')
     script.chmod(0o755)
     started = Path(f"{script}.pid")
     master, slave = pty.openpty()
@@ -954,18 +955,13 @@ def test_sigterm_while_the_pager_shows_the_transcript_ends_the_pager_too(tmp_pat
     )
     os.close(slave)
     try:
-        deadline = time.monotonic() + 30
-        while not started.exists() or not started.read_text().strip():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for(lambda: started.exists() and started.read_text().strip(), process)
         time.sleep(0.2)  # the pager reads its text, then waits
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 143
         pid = int(started.read_text())
-        deadline = time.monotonic() + 10
-        while _running(pid, "sleep"):
-            assert time.monotonic() < deadline, "the pager is still running"
-            time.sleep(0.01)
+        # A pager left running sleeps for an hour: this wait then ends only by pytest-timeout.
+        wait_for(lambda: not _running(pid, "sleep"))
     finally:
         os.close(master)
 

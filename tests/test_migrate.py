@@ -301,7 +301,7 @@ def test_an_interrupted_migrate_starts_no_next_volume_and_says_which_are_finishe
         stderr=subprocess.PIPE,
     )
     journal = Path(f"{big}-journal")  # a migration of ./b is under way
-    wait_for(journal.exists, timeout=120)
+    wait_for(journal.exists, proc)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
