@@ -420,10 +420,12 @@ def _planned(job: Job, model: str | None, status: str, **values: object) -> Outc
     )
 
 
-# Ctrl-C once a request had gone out: the call may be billed, so it is recorded as a failed
-# run, with what the calls that answered reported; a summary that came back is not committed.
-INTERRUPTED = "interrupted (Ctrl-C) during the model call; the provider may bill it"
-INTERRUPTED_AFTER = "interrupted (Ctrl-C) before the summary was committed; the call is paid for"
+# Ctrl-C or SIGTERM once a request had gone out: the call may be billed, so it is recorded as a
+# failed run, with what the calls that answered reported; a summary that came back is not committed.
+INTERRUPTED = "interrupted (Ctrl-C or SIGTERM) during the model call; the provider may bill it"
+INTERRUPTED_AFTER = (
+    "interrupted (Ctrl-C or SIGTERM) before the summary was committed; the call is paid for"
+)
 
 
 @dataclass
