@@ -18,11 +18,13 @@ import contextlib
 import itertools
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+import signal
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -783,6 +785,44 @@ async def summarize_all(
                 planning_over()  # whatever stopped it (Ctrl-C twice), no write waits for ever
 
 
+T = TypeVar("T")
+
+
+def run_until_stopped(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, where SIGTERM stops the run as asyncio's own Ctrl-C does: the main
+    task is cancelled, so that every call under way is recorded (`summarize_all`), then
+    KeyboardInterrupt goes on; a second signal stops at once. Without this, SIGTERM raised
+    KeyboardInterrupt wherever the loop was, which asyncio does too for Ctrl-C when SIGINT is
+    not its to take (ignored: a job started in the background without job control) -- and
+    inside a task that ended the task without recording its call."""
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(main)  # signals are the main thread's
+    with asyncio.Runner() as runner:
+        loop, task = runner.get_loop(), None
+
+        async def tracked() -> T:
+            nonlocal task
+            task = asyncio.current_task()
+            return await main
+
+        def terminated(signum: int, frame: Any) -> None:
+            Interrupted.by = signal.SIGTERM
+            if task is None or task.done() or task.cancelling():
+                raise KeyboardInterrupt
+            task.cancel()
+            loop.call_soon_threadsafe(lambda: None)  # wakes the loop to see it
+
+        previous = signal.signal(signal.SIGTERM, terminated)
+        try:
+            return runner.run(tracked())
+        except asyncio.CancelledError:
+            if task is None or not task.cancelling():
+                raise
+            raise KeyboardInterrupt from None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def open_volume(argument: str | None, request: Request, stack: contextlib.ExitStack) -> Volume:
     """A dry run reads; a real one opens for writing the one way every write command does:
     check the file, then take the volume lock (no two compactions of a volume overlap)."""
@@ -832,7 +872,7 @@ def compact(
             pending = Pending()
             try:
                 with settling(pending):
-                    done = asyncio.run(
+                    done = run_until_stopped(
                         summarize_all(
                             planner, request, endpoint, transport, on_planned, ended, tls, pending
                         )
