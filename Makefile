@@ -5,12 +5,12 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := .demo
 
-.PHONY: demo test lint format bench real-model faults fuzz golden mutants report-check clean
+.PHONY: demo test docs lint format bench real-model faults fuzz golden mutants report-check clean
 
 $(READY): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "volumetool needs Python 3.11 or newer")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,docs]'
 	@rm -f $(VENV)/.ready-* && touch $@
 
 demo: $(READY)
@@ -26,13 +26,20 @@ demo: $(READY)
 test: $(READY)
 	$(BIN)/python -m pytest -n auto
 
+# The docs site: the reference regenerated from the code (docs/generate.py), then the HTML in
+# docs/_build/html, warnings as errors, nothing fetched. tests/test_docs.py checks both.
+docs: $(READY)
+	$(BIN)/python docs/generate.py
+	$(BIN)/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
+	@echo "docs/_build/html/index.html"
+
 lint: $(READY)
-	$(BIN)/ruff check volumetool tests bench
-	$(BIN)/ruff format --check volumetool tests bench
+	$(BIN)/ruff check volumetool tests bench docs
+	$(BIN)/ruff format --check volumetool tests bench docs
 
 format: $(READY)
-	$(BIN)/ruff check --fix volumetool tests bench
-	$(BIN)/ruff format volumetool tests bench
+	$(BIN)/ruff check --fix volumetool tests bench docs
+	$(BIN)/ruff format volumetool tests bench docs
 
 # Rewrite the golden files of the conversation view (tests/data/golden/); review the diff.
 golden: $(READY)
@@ -80,4 +87,4 @@ real-model: $(READY)
 	$(BIN)/python -m bench.real_model $(if $(SESSIONS),--sessions $(SESSIONS))
 
 clean:
-	rm -rf $(VENV) .venv-mutants $(DEMO) bench/.cache .hypothesis *.egg-info
+	rm -rf $(VENV) .venv-mutants $(DEMO) docs/_build bench/.cache .hypothesis *.egg-info

@@ -1,5 +1,5 @@
 """The layers hold: the pure core imports no I/O library, the library never imports the CLI's
-click, and what the README repeats of the code is the code's (ARCHITECTURE.md)."""
+click, and what the docs repeat of the code is the code's (ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import docs
 from volumetool import errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,9 +69,8 @@ def test_the_library_never_imports_click(path):
     assert "click" not in imports_of(path)
 
 
-def test_the_readme_exit_code_table_is_the_code_s():
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_exit_code_table_is_the_code_s():
+    table = docs.page("reference/exit-codes")
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
     defined = {
         cls.exit_code
@@ -84,10 +84,12 @@ def test_the_readme_exit_code_table_is_the_code_s():
     assert set(errors.EXIT_PRECEDENCE) == defined | interrupted
 
 
-def test_every_command_the_readme_names_exists():
+def test_every_command_the_readme_and_the_docs_name_exists():
     from volumetool.cli import COMMANDS
 
-    readme = (ROOT / "README.md").read_text()
+    readme = "\n".join(
+        [(ROOT / "README.md").read_text(), *(docs.page(name) for name in docs.pages_in_order())]
+    )
     named = set(re.findall(r"^volumetool ([a-z]+)\b", readme, re.MULTILINE))
     assert named <= set(COMMANDS), named - set(COMMANDS)
     assert set(COMMANDS) <= named | {"demo", "init"} | set(

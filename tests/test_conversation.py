@@ -24,6 +24,7 @@ from markdown_it import MarkdownIt
 from wcwidth import wcswidth
 
 from tests.conftest import assert_clean_error
+from tests.support import docs
 from tests.support.volumes import VolumeWriter
 from tests.test_cli import wait_for
 from volumetool import demo
@@ -588,7 +589,7 @@ def test_colour_follows_color_and_no_color(choice, tty, env, colour):
 
 @pytest.fixture(scope="module")
 def demo_volume(tmp_path_factory) -> Path:
-    """The README tour's volume: `volumetool demo ./vol/ --sessions 40`."""
+    """The tour's volume: `volumetool demo ./vol/ --sessions 40`."""
     path = tmp_path_factory.mktemp("demo") / "agent.db"
     demo.build(path, sessions=40, seed=1)
     return path
@@ -902,16 +903,15 @@ def test_sessions_on_a_terminal_reads_relative_times_and_separated_figures(small
     )
 
 
-def test_the_readme_shows_a_screen_the_tour_really_prints(demo_volume, run_cli):
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+def test_the_tutorial_shows_a_screen_the_tour_really_prints(demo_volume, run_cli):
     command = '$ volumetool transcript ./vol "$KEY" --full\n'
-    shown = readme.split(command, 1)[1].split("```", 1)[0]
+    shown = docs.page("tutorial").split(command, 1)[1].split("```", 1)[0]
     tour_key = active_threads(demo_volume)[0][0]  # `sessions --tsv -n 1`, as the tour takes it
     printed = run_cli(
         "transcript", demo_volume, tour_key, "--full", "--format", "text", env={"COLUMNS": "80"}
     ).stdout
     assert len(shown.splitlines()) >= 20
-    assert printed.startswith(shown), "regenerate the README's screen from the demo"
+    assert printed.startswith(shown), "regenerate the tutorial's screen from the demo"
 
 
 @pytest.mark.parametrize("pager", ["nonexistent", "nonexistent -R", "sh -c 'exit 127'"])

@@ -1,5 +1,5 @@
 """Operating a fleet (SPEC section 12): status of many volumes, metrics for Prometheus, --shard,
-and the README's CronJob and systemd examples."""
+and the docs' CronJob and systemd examples (docs/scheduling.md)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as text_format
 
 from tests.conftest import assert_clean_error
+from tests.support import docs
 from tests.support.legacy import write_legacy
 from tests.support.model_server import ModelServer
 from tests.support.volumes import VolumeWriter, due_thread
@@ -47,7 +48,6 @@ ROW = [
     "schema",
     "error",
 ]
-README = Path(__file__).parent.parent / "README.md"
 
 
 def fleet_volume(directory: Path, name: str, *, recent_errors: int = 0) -> dict:
@@ -809,20 +809,20 @@ def test_parse_shard_accepts_exactly_index_below_count(index, count):
             parse_shard(text)
 
 
-# -- the README's fleet examples --------------------------------------------------------------
+# -- the docs' fleet examples ----------------------------------------------------------------
 
 
 def fleet_section() -> str:
-    text = README.read_text()
-    start = text.index("## Operating a fleet")
-    return text[start : text.index("\n## ", start + 1)]
+    """The Kubernetes CronJob and the systemd template units of many workers."""
+    text = docs.page("scheduling")
+    return text[text.index("\n## Kubernetes\n") :]
 
 
 def blocks(language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", fleet_section(), re.M | re.S)
 
 
-def test_readme_cronjob_is_an_indexed_job_whose_pods_take_their_shard():
+def test_docs_cronjob_is_an_indexed_job_whose_pods_take_their_shard():
     (manifest,) = blocks("yaml")
     job = yaml.safe_load(manifest)
     assert job["apiVersion"] == "batch/v1" and job["kind"] == "CronJob"
@@ -850,7 +850,7 @@ def units() -> dict[str, str]:
     return found
 
 
-def test_readme_systemd_template_unit_and_timer_take_the_shard_from_the_instance():
+def test_docs_systemd_template_unit_and_timer_take_the_shard_from_the_instance():
     files = units()
     assert set(files) == {"volumetool-compact@.service", "volumetool-compact@.timer"}
     service = files["volumetool-compact@.service"]
@@ -865,7 +865,7 @@ def test_readme_systemd_template_unit_and_timer_take_the_shard_from_the_instance
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
-def test_readme_units_pass_systemd_analyze_verify(tmp_path):
+def test_docs_units_pass_systemd_analyze_verify(tmp_path):
     for name, body in units().items():
         (tmp_path / name).write_text(
             body.replace("/opt/volumetool/.venv/bin/volumetool", "/bin/true")

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.support import docs
 from tests.support.tsv import read_tsv
 from tests.support.volumes import VolumeWriter, due_thread
 from volumetool.render import Listing, OutputFormat, flat, render
@@ -378,17 +379,16 @@ def test_tsv_writes_each_escape_as_the_spec_names_it(run_cli_factory, tmp_path):
     ]
 
 
-def test_the_readme_tsv_idiom_takes_the_key(tmp_path):
-    """The README's `sessions --tsv -n 1 | tail -n 1 | cut -f 2`, by the real tools, gives the
+def test_the_tour_s_tsv_idiom_takes_the_key(tmp_path):
+    """The tour's `sessions --tsv -n 1 | tail -n 1 | cut -f 2`, by the real tools, gives the
     key of a thread whose key has quotes and whose channel has a newline and a tab."""
     import os
     import subprocess
     import sys
 
     path = tsv_volume(tmp_path)
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
     idiom = "volumetool sessions ./vol --tsv -n 1 | tail -n 1 | cut -f 2"
-    assert idiom in readme
+    assert idiom in docs.page("tutorial")
     bin_dir = Path(sys.executable).parent
     done = subprocess.run(
         ["bash", "-c", idiom.replace("./vol", '"$VOL"')],

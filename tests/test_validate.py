@@ -15,6 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import docs
 from volumetool.config import RULES, Loader, _Checker, check_source
 from volumetool.settings import base_url_problem
 
@@ -671,33 +672,24 @@ def test_json_schema_describes_the_provider_settings(run_cli):
     assert len(list(validator.iter_errors({"model": {"name": "a", "auth": "basic"}}))) == 1
 
 
-# -- the README says what the code does -------------------------------------------------------
-
-README = __import__("pathlib").Path(__file__).parent.parent / "README.md"
+# -- the docs say what the code does ---------------------------------------------------------
 
 
-def readme_section(heading: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n{heading}\n")
-    level = heading.split(" ")[0]
-    rest = text[start + len(heading) + 2 :]
-    ends = [rest.find(f"\n{'#' * n} ") for n in range(1, len(level) + 1)]
-    return rest[: min((e for e in ends if e >= 0), default=len(rest))]
-
-
-def test_the_readme_rule_table_is_the_rules():
-    rows = re.findall(r"^\| `([a-z0-9-]+)` \| (\w+) \| (.*) \|$", README.read_text(), re.M)
+def test_the_docs_rule_table_is_the_rules():
+    rows = re.findall(
+        r"^\| `([a-z0-9-]+)` \| (\w+) \| (.*) \|$", docs.page("reference/config"), re.M
+    )
     assert rows == [(rule, severity, text) for rule, (severity, text) in RULES.items()]
 
 
-def test_every_provider_example_in_the_readme_validates_cleanly():
-    blocks = re.findall(r"```yaml\n(.*?)```", readme_section("### Providers"), re.S)
+def test_every_provider_example_in_the_docs_validates_cleanly():
+    blocks = re.findall(r"```yaml\n(.*?)```", docs.section("compaction", "## Providers"), re.S)
     assert len(blocks) >= 8
     models = []
     for block in blocks:
         found = findings(block)
         assert [f for f in found if f.severity != "note"] == [], (block, found)
-        models.append(check_source(block.encode(), "readme")[1].model)
+        models.append(check_source(block.encode(), "docs")[1].model)
     shapes = {(m.api, m.auth, m.max_tokens_param, m.api_version is not None) for m in models}
     assert ("openai", "bearer", "max_tokens", False) in shapes  # OpenAI, Ollama, vLLM, LiteLLM
     assert ("openai", "bearer", "max_completion_tokens", False) in shapes  # reasoning model
@@ -893,7 +885,7 @@ def test_only_agent_configs_skips_other_yaml(tmp_path, run_cli):
 
 # -- pre-commit and GitHub Actions -----------------------------------------------------------
 
-ROOT = README.parent
+ROOT = docs.ROOT
 BIN = __import__("pathlib").Path(sys.executable).parent
 
 
@@ -919,8 +911,8 @@ def test_the_pre_commit_hook_checks_agent_configs_and_skips_other_yaml(tmp_path)
     (tmp_path / "bot.yaml").write_text("memory:\n  scope: thread\n  compact_at_tokens: 0\n")
     done = hook_run(*files, "bot.yaml")
     assert done.returncode == 1 and "bot.yaml:3:22: error" in done.stdout, done
-    # the README's hook config, with its optional files: pattern, is the hook's id
-    section = readme_section("## Checking agent configs in CI")
+    # the docs' hook config, with its optional files: pattern, is the hook's id
+    section = docs.section("validate", "## In pre-commit")
     config = next(b for b in re.findall(r"```yaml\n(.*?)```", section, re.S) if "rev:" in b)
     [repo] = yaml.safe_load(config)
     assert repo["hooks"][0]["id"] == hook["id"]
@@ -928,14 +920,14 @@ def test_the_pre_commit_hook_checks_agent_configs_and_skips_other_yaml(tmp_path)
     assert re.search(pattern, "agents/support.yaml") and not re.search(pattern, "deploy/app.yaml")
 
 
-def readme_workflow() -> dict:
-    section = readme_section("## Checking agent configs in CI")
+def docs_workflow() -> dict:
+    section = docs.section("validate", "## In GitHub Actions")
     [workflow] = [b for b in re.findall(r"```yaml\n(.*?)```", section, re.S) if "upload" in b]
     return yaml.safe_load(workflow)
 
 
-def test_the_readme_github_workflow_uploads_the_sarif_that_validate_writes(tmp_path):
-    workflow = readme_workflow()
+def test_the_docs_github_workflow_uploads_the_sarif_that_validate_writes(tmp_path):
+    workflow = docs_workflow()
     triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads the key `on` as true
     assert "pull_request" in triggers and "push" in triggers
     assert workflow["permissions"]["security-events"] == "write"

@@ -21,6 +21,7 @@ from typing import NoReturn
 import click
 
 from volumetool import __version__
+from volumetool.cli.docs import Documented
 from volumetool.errors import (
     Interrupted,
     ProblemsFound,
@@ -53,7 +54,7 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(Documented, click.Group):
     """A group whose subcommands live in modules imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

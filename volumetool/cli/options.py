@@ -13,6 +13,7 @@ from typing import BinaryIO
 import click
 
 from volumetool import VOLUME_ENV
+from volumetool.cli.docs import Documented
 from volumetool.render import Listing, OutputFormat, render
 
 DEFAULT_LIMIT = 100
@@ -82,11 +83,11 @@ def _volume_first(command: click.Command, ctx: click.Context) -> None:
         )
 
 
-class Command(_OnceEach, click.Command):
+class Command(_OnceEach, Documented, click.Command):
     """Every volumetool command: `@click.command(cls=Command)`."""
 
 
-class Group(_OnceEach, click.Group):
+class Group(_OnceEach, Documented, click.Group):
     """Every group of commands below the top (memories, thread, config)."""
 
     command_class = Command

@@ -21,7 +21,7 @@ def spoken(words: Mapping[str, str] | Sequence[str], last: str = "or") -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
 
 
-# rule id -> (severity, what it checks). One rule a kind of finding; the README's rule table and
+# rule id -> (severity, what it checks). One rule a kind of finding; the docs' rule table and
 # SARIF's rule list are this dict, in this order.
 RULES: dict[str, tuple[str, str]] = {
     "yaml-encoding": ("error", "The file is not UTF-8 text."),
