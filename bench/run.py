@@ -340,7 +340,8 @@ def validate_row(scale: Scale) -> Row:
     return report(row)
 
 
-def memories_rows(scale: Scale) -> list[Row]:
+def memories_jsonl(scale: Scale) -> Path:
+    """An export of `scale.memories` memories (JSON lines), as `memories import` reads it."""
     n = scale.memories
     topics = ("timezone", "deploy_region", "oncall_channel", "seat_preference", "standup_time")
     values = (
@@ -369,7 +370,12 @@ def memories_rows(scale: Scale) -> list[Row]:
                     + "\n"
                 )
 
-    source = cached(f"memories-{n}.jsonl", build_jsonl)
+    return cached(f"memories-{n}.jsonl", build_jsonl)
+
+
+def memories_rows(scale: Scale) -> list[Row]:
+    n = scale.memories
+    source = memories_jsonl(scale)
 
     def build_volume(path: Path) -> None:
         call(VT, "init", path)
@@ -525,21 +531,38 @@ SELECT session_id, count(*) AS n FROM messages GROUP BY session_id ORDER BY n DE
 """
 
 
-def compaction_rows(scale: Scale) -> list[Row]:
-    fixture = cached(
+def compaction_fixture(scale: Scale) -> Path:
+    """A demo volume of `scale.compact_sessions` threads, some of them due."""
+    return cached(
         f"compact-{scale.compact_sessions}.db",
         lambda p: call(VT, "demo", p, "--sessions", scale.compact_sessions, "--seed", "7"),
     )
+
+
+def compaction_config(server: ModelServer) -> Path:
+    """An agent config that compacts threads at 50,000 tokens with `server`'s model."""
+    config = CACHE / "compact-agent.yaml"
+    config.write_text(
+        "model:\n  name: gpt-4.1\n  small: gpt-4.1-mini\n  api: openai\n"
+        f"  base_url: {server.url}\n  api_key_env: BENCH_KEY\nmemory:\n  scope: thread\n"
+        "  compact_at_tokens: 50000\n"
+    )
+    os.environ["BENCH_KEY"] = "sk-bench-not-a-real-key"
+    server.summary = "Summary."
+    return config
+
+
+# The server's one-word summary keeps none of a fold's facts: the retention gate (SPEC 14) is
+# off here, since what is measured is the calls and the commits.
+NO_GATE = ("--min-retention", 0)
+
+
+def compaction_rows(scale: Scale) -> list[Row]:
+    fixture = compaction_fixture(scale)
     work = CACHE / "compact-work.db"
     rows = []
     with ModelServer(latency=scale.latency) as server:
-        config = CACHE / "compact-agent.yaml"
-        config.write_text(
-            "model:\n  name: gpt-4.1\n  small: gpt-4.1-mini\n  api: openai\n"
-            f"  base_url: {server.url}\n  api_key_env: BENCH_KEY\nmemory:\n  scope: thread\n"
-            "  compact_at_tokens: 50000\n"
-        )
-        server.summary = "Summary."
+        config = compaction_config(server)
         due = call(VT, "compact", fixture, "--config", config, "--dry-run", "--json").count(
             '"would_compact"'
         )
@@ -549,12 +572,11 @@ def compaction_rows(scale: Scale) -> list[Row]:
                 p.unlink()
             shutil.copyfile(fixture, work)
 
-        os.environ["BENCH_KEY"] = "sk-bench-not-a-real-key"
         for concurrency in (1, 4, 16):
             runs = 1 if concurrency == 1 else scale.runs
             server.requests.clear()
             ours = measure(
-                [VT, "compact", work, "--config", config, "--concurrency", concurrency],
+                [VT, "compact", work, "--config", config, "--concurrency", concurrency, *NO_GATE],
                 runs,
                 setup=fresh_copy,
             )
@@ -580,7 +602,18 @@ def compaction_rows(scale: Scale) -> list[Row]:
         server.requests.clear()
         server.fail_every = (3, "truncated")
         ours = measure(
-            [VT, "compact", work, "--config", config, "--concurrency", 16, "--retries", 0],
+            [
+                VT,
+                "compact",
+                work,
+                "--config",
+                config,
+                "--concurrency",
+                16,
+                "--retries",
+                0,
+                *NO_GATE,
+            ],
             scale.runs,
             setup=fresh_copy,
             ok=(1,),
@@ -738,16 +771,17 @@ def count(path: Path, sql: str) -> int:
         conn.close()
 
 
-def undo_row(scale: Scale) -> Row:
-    """`thread undo` of a compaction that folded 10,000 messages, as a whole command."""
-    from bench.retention import KEY, KEY_ENV, compact_command, fold_volume
+def fold_fixture() -> Path:
+    """A volume holding one active thread of UNDO_MESSAGES messages that compaction folds
+    (bench.retention's thread, key `bench.retention.KEY`)."""
+    from bench.retention import KEY_ENV, fold_volume
     from volumetool.compaction.plan import Message
 
     os.environ.setdefault(KEY_ENV, "sk-bench-not-a-real-key")
-
-    def build(path: Path) -> None:
-        topics = ("order", "refund", "deploy", "ticket", "invoice")
-        fold_volume(
+    topics = ("order", "refund", "deploy", "ticket", "invoice")
+    return cached(
+        f"fold-{UNDO_MESSAGES}.db",
+        lambda path: fold_volume(
             path,
             [
                 Message(
@@ -758,13 +792,34 @@ def undo_row(scale: Scale) -> Row:
                 )
                 for n in range(UNDO_MESSAGES)
             ],
-        )
+        ),
+    )
+
+
+FOLD_SUMMARY = "The user and the agent went through the plan; all steps done."
+
+
+def undo_fixture() -> Path:
+    """`fold_fixture` with its thread compacted: what `thread undo` undoes."""
+    from bench.retention import compact_command
+
+    fold = fold_fixture()
+
+    def build(path: Path) -> None:
+        shutil.copyfile(fold, path)
         with ModelServer() as server:
-            server.summary = "The user and the agent went through the plan; all steps done."
-            call(*compact_command(path, server.url))
+            server.summary = FOLD_SUMMARY
+            call(*compact_command(path, server.url), *NO_GATE)
         path.with_name(path.name + ".volumetool-lock").unlink(missing_ok=True)
 
-    compacted = cached(f"undo-{UNDO_MESSAGES}.db", build)
+    return cached(f"undo-{UNDO_MESSAGES}.db", build)
+
+
+def undo_row(scale: Scale) -> Row:
+    """`thread undo` of a compaction that folded 10,000 messages, as a whole command."""
+    from bench.retention import KEY
+
+    compacted = undo_fixture()
     work = CACHE / "undo-work.db"
 
     def fresh_copy() -> None:
@@ -864,19 +919,20 @@ def gate_rows(scale: Scale, large: Path) -> list[Row]:
 # An agent turn as the runtime commits it: two messages, a run, an audit event, one transaction;
 # TURNS of them (0: until SIGTERM), PAUSE seconds apart. It prints its longest turn, waits for
 # the write lock included (it waits up to a minute: the wait is what is measured), and its
-# count. synchronous=NORMAL, so that the disk's flush latency, noisy on a shared machine, does
-# not drown what is compared.
+# count; then, on a second line, every turn as [start, seconds] (time.monotonic, the same clock
+# in every process), so that the turns during a command can be picked out. synchronous=NORMAL,
+# so that the disk's flush latency, noisy on a shared machine, does not drown what is compared.
 AGENT_TURNS = r"""
-import signal, sqlite3, sys, time
+import json, signal, sqlite3, sys, time
 db, turns, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
 conn = sqlite3.connect(db, timeout=60, isolation_level=None)
 conn.execute("PRAGMA synchronous = NORMAL")
 session = conn.execute("SELECT id FROM sessions WHERE status = 'active' LIMIT 1").fetchone()[0]
-longest, n = 0.0, 0
+longest, n, taken = 0.0, 0, []
 while (turns == 0 or n < turns) and not stop:
-    started = time.perf_counter()
+    started, at = time.perf_counter(), time.monotonic()
     conn.execute("BEGIN IMMEDIATE")
     for role in ("user", "assistant"):
         conn.execute(
@@ -896,10 +952,13 @@ while (turns == 0 or n < turns) and not stop:
         (session, run),
     )
     conn.execute("COMMIT")
-    longest = max(longest, time.perf_counter() - started)
+    took = time.perf_counter() - started
+    longest = max(longest, took)
+    taken.append([at, took])
     n += 1
     time.sleep(pause)
 print(f"{longest:.3f} {n}")
+print(json.dumps(taken))
 """
 # The design not taken: an FTS5 table kept in step by a trigger inside the agent's inserts.
 SYNC_TRIGGER = """
@@ -942,16 +1001,49 @@ def _copy(source: Path, target: Path) -> Callable[[], None]:
     return setup
 
 
-def _agent_wait(command: Sequence[object], setup: Callable[[], None], work: Path) -> float:
-    """The longest an agent writing a turn every 10 ms waits while `command` runs on `work`."""
+@dataclass
+class AgentWait:
+    """What an agent writing a turn every 10 ms waited for each write while a command ran: the
+    turns that overlapped the command, their longest and their 99th percentile."""
+
+    longest: float
+    p99: float
+    turns: int
+    command_seconds: float
+
+    def __str__(self) -> str:
+        return f"{self.longest * 1e3:.0f} ms at most, p99 {self.p99 * 1e3:.0f} ms"
+
+
+def _agent_wait(
+    command: Sequence[object], setup: Callable[[], None], work: Path, ok: tuple[int, ...] = (0,)
+) -> AgentWait:
+    """How long an agent writing a turn every 10 ms waits while `command` runs on `work`."""
     setup()
     agent = subprocess.Popen(
         [PY, "-c", AGENT_TURNS, str(work), "0", "0.01"], stdout=subprocess.PIPE, text=True
     )
     time.sleep(1.0)
-    call(*command)
+    started = time.monotonic()
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True)
+    finished = time.monotonic()
     agent.send_signal(signal.SIGTERM)
-    return float(agent.communicate(timeout=120)[0].split()[0])
+    report = agent.communicate(timeout=120)[0].splitlines()
+    if done.returncode not in ok:
+        raise SystemExit(
+            f"bench: {' '.join(map(str, command))} exited {done.returncode}:\n{done.stderr[-2000:]}"
+        )
+    during = sorted(
+        took for at, took in json.loads(report[1]) if at < finished and at + took > started
+    )
+    if not during:
+        raise SystemExit(f"bench: the agent wrote nothing while {command[1]} ran")
+    return AgentWait(
+        longest=during[-1],
+        p99=during[math.ceil(len(during) * 0.99) - 1],
+        turns=len(during),
+        command_seconds=finished - started,
+    )
 
 
 def _sqlite3_script(db: Path, sql: str) -> list[str]:
@@ -1065,7 +1157,6 @@ def index_row(scale: Scale, large: Path) -> Row:
         setup=_copy(large, work),
     )
     grown = work.stat().st_size / large.stat().st_size
-    wait = _agent_wait([VT, "search", work, "deploy", "-n", "1"], _copy(large, work), work)
     for p in CACHE.glob("index-work.db*"):
         p.unlink()
     return report(
@@ -1075,8 +1166,7 @@ def index_row(scale: Scale, large: Path) -> Row:
             ours,
             "sqlite3: the same FTS5 table filled in one statement",
             base,
-            note=f"the file grows {grown - 1:.0%}; an agent writing meanwhile waits {wait:.2f}s"
-            " at most",
+            note=f"the file grows {grown - 1:.0%}",
         )
     )
 
@@ -1121,11 +1211,21 @@ def insert_rows(scale: Scale, indexed: Path, large: Path) -> list[Row]:
     return rows
 
 
-def lifecycle_rows(scale: Scale, large: Path) -> list[Row]:
-    indexed = cached(
+def indexed_fixture(scale: Scale, large: Path) -> Path:
+    """The large volume with its search index built."""
+    return cached(
         f"demo-{scale.sessions}-indexed.db",
         lambda p: (shutil.copyfile(large, p), call(VT, "search", p, "anything")),
     )
+
+
+def erasable_fixture(scale: Scale, indexed: Path, tenth: list[int]) -> Path:
+    """The indexed volume with the threads `tenth` under one key: what the erase rows erase."""
+    return cached(f"demo-{scale.sessions}-erasable.db", lambda p: _one_key(indexed, tenth, p))
+
+
+def lifecycle_rows(scale: Scale, large: Path) -> list[Row]:
+    indexed = indexed_fixture(scale, large)
     rows = [*search_rows(scale, indexed, large), index_row(scale, large)]
     rows += insert_rows(scale, indexed, large)
     before, tenth = _tenth(large)
@@ -1141,8 +1241,6 @@ def lifecycle_rows(scale: Scale, large: Path) -> list[Row]:
         base = measure(
             _sqlite3_script(work, _deleting(tenth, vacuum)), runs, setup=_copy(indexed, work)
         )
-        command = [VT, "prune", work, "--archived-before", before, *flags]
-        wait = _agent_wait(command, _copy(indexed, work), work)
         rows.append(
             report(
                 Row(
@@ -1151,15 +1249,13 @@ def lifecycle_rows(scale: Scale, large: Path) -> list[Row]:
                     ours,
                     "sqlite3: the same rows deleted" + (", VACUUM" if vacuum else ""),
                     base,
-                    note=f"an agent writing meanwhile waits {wait:.2f}s at most",
                 )
             )
         )
-    erasable = cached(f"demo-{scale.sessions}-erasable.db", lambda p: _one_key(indexed, tenth, p))
+    erasable = erasable_fixture(scale, indexed, tenth)
     command = [VT, "erase", work, "--key", "bench:erase", "--yes"]
     ours = measure(command, runs, setup=_copy(erasable, work))
     base = measure(_sqlite3_script(work, _deleting(tenth, True)), runs, setup=_copy(erasable, work))
-    wait = _agent_wait(command, _copy(erasable, work), work)
     rows.append(
         report(
             Row(
@@ -1168,14 +1264,26 @@ def lifecycle_rows(scale: Scale, large: Path) -> list[Row]:
                 ours,
                 "sqlite3: the same rows deleted with secure_delete, VACUUM",
                 base,
-                note=f"index swept and merged, VACUUM, WAL truncated; an agent writing"
-                f" meanwhile waits {wait:.2f}s at most",
+                note="index swept and merged, VACUUM, WAL truncated",
             )
         )
     )
     for p in CACHE.glob("lifecycle-work.db*"):
         p.unlink()
     return rows
+
+
+WAITS: list = []  # what waits_group measured, for its section of BENCHMARKS.md
+
+
+def waits_group(scale: Scale, large: Path) -> list[Row]:
+    """The agent's waits (bench/waits.py): their own table, no Row."""
+    from bench.waits import wait_rows
+
+    WAITS[:] = wait_rows(scale, large)
+    missed = [w.command for w in WAITS if w.met is False]
+    print(f"agent's wait over 50 ms during: {', '.join(missed) or 'none'}", flush=True)
+    return []
 
 
 def _one_key(indexed: Path, threads: list[int], target: Path) -> None:
@@ -1256,8 +1364,11 @@ def write_markdown(rows: list[Row], scale: Scale, path: Path, took: float, large
             f"{r.ours.peak_mb:.0f} MB | {r.baseline_name} | {r.baseline_seconds:.3f} s | "
             f"{r.ratio:.2f}x | {r.goal} | {met} |"
         )
+    from bench.waits import section
+
+    waits = "\n" + section(WAITS, scale) if WAITS else ""
     path.write_text(
-        "\n".join(lines) + "\n" + NOTES + retention_section() + real_model_section(path)
+        "\n".join(lines) + "\n" + waits + NOTES + retention_section() + real_model_section(path)
     )
 
 
@@ -1628,6 +1739,7 @@ def main() -> None:
         ("undo", lambda: [undo_row(scale)]),
         ("gate", lambda: gate_rows(scale, large)),
         ("lifecycle", lambda: lifecycle_rows(scale, large)),
+        ("waits", lambda: waits_group(scale, large)),
     ]
     rows: list[Row] = []
     for name, group in groups:
@@ -1645,6 +1757,12 @@ def main() -> None:
     if not args.quick and not args.only:
         write_markdown(rows, scale, ROOT / "BENCHMARKS.md", took, large)
         print("wrote BENCHMARKS.md")
+    elif not args.quick and WAITS:
+        from bench.waits import replace_section, section
+
+        markdown = ROOT / "BENCHMARKS.md"
+        markdown.write_text(replace_section(markdown.read_text(), section(WAITS, scale)))
+        print("wrote the agent's waits into BENCHMARKS.md")
 
 
 if __name__ == "__main__":
