@@ -1,5 +1,6 @@
 """Write the parts of the docs that repeat the code, from the code: every command's `--help`,
-the config keys and validate's rules (volumetool/config/), the fields of each listing.
+the config keys and validate's rules (volumetool/config/), the fields of each listing, and the
+shape of every other JSON a command prints (run against a demo volume made for the purpose).
 
 Each part sits in a page between two marker lines, `<!-- generated: NAME … -->` and
 `<!-- end generated: NAME -->`; everything else on the page is prose. `make docs` runs this
@@ -9,6 +10,7 @@ tests/test_docs.py fails when a committed page differs from what this writes.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -137,12 +139,94 @@ def listing_fields() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _shape(value: object) -> object:
+    """A JSON value with each leaf replaced by its type's name; an array shows its first item."""
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shape(value[0])] if value else "array"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "integer", float: "number", str: "string"}[type(value)]
+
+
+# The JSON that is not a listing: (what a reader types, argv after `volumetool`, how to read the
+# output). Run against a small demo volume; the docs show the shape, never the figures.
+OBJECTS = [
+    ("status VOLUME --json", ["status", "{vol}", "--json"], json.loads),
+    ("check VOLUME --json", ["check", "{broken}", "--json"], json.loads),
+    (
+        "prune VOLUME --archived-before WHEN --json",
+        ["prune", "{vol}", "--archived-before", "2026-11-30", "--dry-run", "--json"],
+        json.loads,
+    ),
+    (
+        "erase VOLUME --key KEY --json",
+        ["erase", "{vol}", "--key", "{key}", "--yes", "--json"],
+        json.loads,
+    ),
+    (
+        "memories export VOLUME --format json",
+        ["memories", "export", "{vol}", "--format", "json"],
+        json.loads,
+    ),
+    ("config show FILE --json", ["config", "show", "{config}", "--json"], json.loads),
+    ("validate FILE --format json", ["validate", "{bad}", "--format", "json"], json.loads),
+]
+
+
+def json_objects() -> str:
+    import json
+    import sqlite3
+    import tempfile
+
+    from volumetool.cli import cli
+
+    parts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = CliRunner(
+            env={name: None for name in os.environ if name.startswith("VOLUMETOOL_")}
+        )
+        vol, config = f"{tmp}/vol", f"{tmp}/agent.yaml"
+        runner.invoke(
+            cli,
+            ["demo", f"{vol}/", "--sessions", "4", "--config-out", config],
+            catch_exceptions=False,
+        )
+        runner.invoke(cli, ["demo", f"{tmp}/broken/", "--sessions", "1"], catch_exceptions=False)
+        with sqlite3.connect(f"{tmp}/broken/agent.db") as db:  # a message of no thread
+            db.execute("PRAGMA foreign_keys = OFF")
+            db.execute(
+                "UPDATE messages SET session_id = 999999 WHERE id = (SELECT min(id) FROM messages)"
+            )
+        with open(f"{tmp}/bad.yaml", "w") as bad:
+            bad.write("memory:\n  scope: thread\n  compact_at_tokens: 0\n")
+        sessions = runner.invoke(
+            cli, ["sessions", vol, "--json", "-n", "1"], catch_exceptions=False
+        )
+        names = {
+            "vol": vol,
+            "broken": f"{tmp}/broken",
+            "config": config,
+            "bad": f"{tmp}/bad.yaml",
+            "key": json.loads(sessions.stdout)[0]["conversation_key"],
+        }
+        for shown, argv, _ in OBJECTS:
+            result = runner.invoke(cli, [a.format(**names) for a in argv], catch_exceptions=False)
+            shape = json.dumps(_shape(json.loads(result.stdout)), indent=2, ensure_ascii=False)
+            parts.append(f"### volumetool {shown}\n\n```json\n{shape}\n```\n")
+    return "\n".join(parts)
+
+
 PARTS: dict[str, Callable[[], str]] = {
     "commands": commands,
     "config-keys": config_keys,
     "model-keys": lambda: config_keys(("model",)),
     "rules": rules,
     "listing-fields": listing_fields,
+    "json-objects": json_objects,
 }
 
 
