@@ -20,6 +20,8 @@ IO_LIBRARIES = {"yaml", "sqlite3", "_sqlite3", "httpx", "click"}
 # reach a file, a socket or a terminal library on the way.
 PURE = (
     "volumetool.settings",
+    "volumetool.providers",
+    "volumetool.providers.errors",
     "volumetool.usage",
     "volumetool.format",
     "volumetool.render",

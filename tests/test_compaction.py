@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import assert_clean_error
 from tests.support.model_server import ModelServer
 from tests.support.volumes import VolumeWriter, due_thread, table_dump
+from volumetool.providers import PROVIDERS
 from volumetool.volume import volume_lock
 
 KEY = "sk-test-7f3a9c0b1d2e4f5a6b7c8d9e0f1a2b3c"
@@ -854,7 +855,7 @@ def test_retention_is_reported_and_a_lossy_summary_can_be_refused(run_cli, volum
     assert retention == outcome["retention"] and json.loads(missing) == outcome["missing_facts"]
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 @pytest.mark.parametrize("gate", [[], ["--min-retention", "1"]])
 def test_a_refusal_written_as_text_is_refused(run_cli, volume, server, tmp_path, api, gate):
     """SPEC 6 refuses a refusal: written as the answer's text with a normal finish, too — even

@@ -277,6 +277,7 @@ def test_acceptance_of_a_summary():
     assert check_shorter(accept_answer("openai", "  short  ", "stop", None, False), None, fold)
     assert accept_answer("anthropic", "s", "end_turn", None, False) == "s"
     assert accept_answer("anthropic", "s", "stop_sequence", None, False) == "s"
+    assert accept_answer("openai-responses", "s", "completed", None, False) == "s"
     for api, text, finish, refusal, tool, reason in [
         ("openai", "", "stop", None, False, "empty"),
         ("openai", "  \n", "stop", None, False, "empty"),
@@ -293,6 +294,14 @@ def test_acceptance_of_a_summary():
         ("anthropic", "ok", "pause_turn", None, False, "paused"),
         ("anthropic", "ok", "model_context_window_exceeded", None, False, "context window"),
         ("anthropic", "ok", "stop", None, False, "unexpected"),
+        # the Responses API: only status completed is a summary; why an incomplete one stopped
+        ("openai-responses", "ok", "max_output_tokens", None, False, "cut off at the token"),
+        ("openai-responses", "ok", "content_filter", None, False, "content filter"),
+        ("openai-responses", None, "completed", "I can't", False, "refused"),
+        ("openai-responses", "ok", "completed", None, True, "tool call"),
+        ("openai-responses", "ok", "in_progress", None, False, "unexpected finish reason"),
+        ("openai-responses", "ok", "stop", None, False, "unexpected finish reason"),
+        ("openai-responses", "ok", None, None, False, "no finish reason"),
     ]:
         try:
             accept_answer(api, text, finish, refusal, tool)

@@ -26,6 +26,7 @@ from tests.support.strategies import ID_SCHEMES
 from tests.support.volumes import VolumeWriter, table_dump
 from volumetool.compaction.run import Request, compact
 from volumetool.model_client import RetryPolicy
+from volumetool.providers import PROVIDERS
 from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
 
 KEY = "sk-prop-0123456789abcdefghijklmnop"
@@ -191,7 +192,7 @@ def live_of(path: Path, session: int) -> list[tuple]:
     return [r for r in table_dump(path)["messages"] if r[1] == session and r[7] is None]
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 @pytest.mark.parametrize("kind", ["none", "append", "append_result", "new", "reset", "summary"])
 @settings(max_examples=examples(15))
 @given(

@@ -11,8 +11,9 @@ from tests.conftest import assert_clean_error
 from tests.support.model_server import ModelServer
 from tests.support.volumes import VolumeWriter, due_thread
 from tests.test_cli import wait_for
+from volumetool.providers import PROVIDERS
 
-USUAL = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+USUAL = {api: provider.api_key_env for api, provider in PROVIDERS.items()}
 AUTH = ("authorization", "x-api-key", "api-key")
 
 
@@ -40,7 +41,7 @@ def compact(run_cli, path, config, env: dict, *args: str):
     return run_cli("compact", path, "--config", config, "--json", *args, env={**unset, **env})
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_config_that_names_no_key_compacts_against_a_keyless_server(
     run_cli, tmp_path, server, api
 ):
@@ -56,7 +57,7 @@ def test_a_config_that_names_no_key_compacts_against_a_keyless_server(
     assert not set(AUTH) & set(sent["headers"])
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_the_apis_usual_variable_is_sent_when_it_is_set(run_cli, tmp_path, server, api):
     path, config = setup(tmp_path, server, api)
     result = compact(run_cli, path, config, {USUAL[api]: "sk-usual-0123456789"})
@@ -93,15 +94,13 @@ def streamed_setup(tmp_path, server, api):
 
 def frames(server, api) -> int:
     """How many events the server's answer takes (each after chunk_delay)."""
-    from tests.support.model_server import anthropic_events, openai_events
+    from tests.support.model_server import EVENTS
 
-    reply = server._anthropic(server.summary, None) if api == "anthropic" else None
-    if api == "anthropic":
-        return len(anthropic_events(reply))
-    return len(openai_events(server._openai(server.summary, None)))
+    answer = {"anthropic": server._anthropic, "openai-responses": server._responses}
+    return len(EVENTS[api](answer.get(api, server._openai)(server.summary, None)))
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_slow_but_steady_answer_is_not_cut_off_by_the_timeout(run_cli, tmp_path, server, api):
     """A CPU model writes a token now and then: each wait is shorter than --timeout, the whole
     answer longer. It is read to the end (it failed after 4 attempts and 7 min 47 s)."""
@@ -124,7 +123,7 @@ def test_a_slow_but_steady_answer_is_not_cut_off_by_the_timeout(run_cli, tmp_pat
     assert (row["input_tokens"], row["output_tokens"]) == (prompt, server.usage["output"])
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_stream_that_stalls_fails_by_the_idle_timeout_and_says_so(run_cli, tmp_path, server, api):
     server.fault = "stall"
     path, config, env = streamed_setup(tmp_path, server, api)
@@ -137,7 +136,7 @@ def test_a_stream_that_stalls_fails_by_the_idle_timeout_and_says_so(run_cli, tmp
     assert len(server.requests) == 2 and all(s["events"] == 3 for s in server.streams)
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_model_that_repeats_itself_is_stopped_early(run_cli, tmp_path, server, api):
     """SmolLM2 wrote one sentence to the 512-token limit (322 s), and the advice was "raise
     --max-summary-tokens". The stream is closed once the repetition is clear."""
@@ -161,7 +160,7 @@ def test_a_model_that_repeats_itself_is_stopped_early(run_cli, tmp_path, server,
     assert stream["events"] < 8 * events_per_sentence
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_server_that_answers_json_though_asked_to_stream_is_read(run_cli, tmp_path, server, api):
     server.plain = True
     path, config, env = streamed_setup(tmp_path, server, api)

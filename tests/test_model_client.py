@@ -29,17 +29,14 @@ from volumetool.model_client import (
     ModelClient,
     ModelError,
     RetryPolicy,
-    _anthropic,
-    _Malformed,
-    _openai,
-    classify,
     connection_failure,
-    error_details,
-    parse_retry_after,
-    redact,
 )
+from volumetool.providers import PROVIDERS
+from volumetool.providers.base import Malformed as _Malformed
+from volumetool.providers.errors import classify, error_details, parse_retry_after, redact
 from volumetool.usage import Usage
 
+_openai, _anthropic = PROVIDERS["openai"].parse, PROVIDERS["anthropic"].parse
 KEY = "sk-client-abcdefghijklmnopqrstuvwxyz012345"
 
 
@@ -67,7 +64,7 @@ def run(server, api="openai", attempts=4, timeout=5.0, jitter=1.0, key=KEY):
         return exc, delays
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_key_of_any_shape_echoed_by_the_server_is_not_passed_on(server, api):
     """Providers echo a bad key in the 401's message; a proxy's key need not look like one."""
     key = "team-blue-proxy"
@@ -170,7 +167,7 @@ def test_errors_carry_status_type_and_request_id_but_never_the_key(server):
     assert KEY not in repr(Endpoint("openai", "u", "m", KEY))
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_key_echoed_as_the_error_type_and_the_request_id_is_hidden(server, api):
     server.fault = "key_echoed"
     error, _ = run(server, api)
@@ -181,7 +178,7 @@ def test_a_key_echoed_as_the_error_type_and_the_request_id_is_hidden(server, api
 
 def test_usage_is_none_when_not_reported(server):
     server.omit_usage = True
-    for api in ("openai", "anthropic"):
+    for api in PROVIDERS:
         completion, _ = run(server, api=api)
         assert (completion.usage.input_tokens, completion.usage.output_tokens) == (None, None)
 
@@ -199,7 +196,7 @@ def test_timeout_bounds_the_whole_request(server):
     assert "no response within 0.3s" in str(error)
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_connection_refused_opens_the_breaker_at_once_without_a_retry(api):
     """SPEC 13: nothing listens on a closed port, so a retry is refused too (it took 4
     attempts per thread, 79 s with --retries 10): one attempt, no wait, the breaker open and
@@ -227,12 +224,12 @@ def test_connection_refused_opens_the_breaker_at_once_without_a_retry(api):
     error = asyncio.run(go())
     assert (error.attempts, slept) == (1, [])
     assert error.endpoint_wide and not error.retryable
-    path = "/v1/messages" if api == "anthropic" else "/chat/completions"
+    path = PROVIDERS[api].path
     assert error.where == f"POST http://127.0.0.1:{port}{path}"
     assert f"POST http://127.0.0.1:{port}{path}" in str(error) and "attempts" not in str(error)
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_reset_and_a_timeout_are_still_retried(server, api):
     """SPEC 13: only refusals and DNS open the breaker at once; a dropped connection or a
     server that does not answer in time is retried as SPEC 6 says."""
@@ -262,7 +259,7 @@ def test_a_reset_and_a_timeout_are_still_retried(server, api):
 def test_retry_after_reads_seconds_milliseconds_and_dates_and_nothing_else(headers, seconds):
     import httpx
 
-    from volumetool.model_client import parse_retry_after
+    from volumetool.providers.errors import parse_retry_after
 
     assert parse_retry_after(httpx.Headers(headers)) == seconds
 
@@ -341,8 +338,6 @@ def test_connection_failures_are_told_apart(failure, reason, endpoint_wide, retr
 
 
 def test_anthropic_answers_are_read_field_by_field():
-    from volumetool.model_client import _anthropic, _Malformed
-
     usage = {"input_tokens": 10, "output_tokens": 2}
     plain = _anthropic(
         {"content": [{"type": "text", "text": "s"}], "stop_reason": "end_turn", "usage": usage},
@@ -430,7 +425,7 @@ def test_retry_after_relayed_by_litellm_is_read(headers, expected):
     assert parse_retry_after(httpx.Headers(headers)) == expected
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", list(PROVIDERS))
 def test_a_long_wait_relayed_by_litellm_is_not_retried_and_stops_the_endpoint(server, api):
     server.queue("litellm_429")
     error, delays = run(server, api)
@@ -1328,7 +1323,7 @@ def test_certificates_are_verified_with_or_without_a_prepared_context(prepared):
 
 def _repeating_by_every_length(text: str) -> bool:
     """The definition, one comparison for every passage length: the oracle."""
-    from volumetool.model_client import REPEATS, SPAN, UNIT
+    from volumetool.providers.base import REPEATS, SPAN, UNIT
 
     for unit in range(UNIT[0], UNIT[1] + 1):
         span = max(unit * REPEATS, SPAN)
@@ -1353,7 +1348,174 @@ def _repeating_by_every_length(text: str) -> bool:
 def test_repeating_tries_only_the_lengths_that_can_repeat(head, passage, times, tail):
     """The repetition check finds the lengths to try from where the text's last characters
     occur again; it answers as trying every length does, on texts that repeat and not."""
-    from volumetool.model_client import repeating
+    from volumetool.providers.base import repeating
 
     text = head + passage * times + tail
     assert repeating(text) == _repeating_by_every_length(text)
+
+
+# -- the Responses API ---------------------------------------------------------------------
+
+
+def test_the_responses_api_request_is_instructions_input_and_max_output_tokens():
+    endpoint = Endpoint("openai-responses", "http://127.0.0.1:9/v1", "m", KEY, max_tokens=99)
+    assert endpoint.url == "http://127.0.0.1:9/v1/responses"
+    assert endpoint.headers()["authorization"] == f"Bearer {KEY}"
+    expected = {
+        "model": "m",
+        "instructions": "S",
+        "input": "U",
+        "max_output_tokens": 99,
+        "stream": True,
+        "store": False,
+    }
+    assert endpoint.body("S", "U") == expected
+    # the Responses API has one field for the limit, whatever model.max_tokens_param says
+    reasoning = replace(endpoint, max_tokens_param="max_completion_tokens")
+    assert reasoning.body("S", "U") == expected
+
+
+def response(status="completed", content=None, **fields) -> dict:
+    content = (
+        [{"type": "output_text", "text": "Summary.", "annotations": []}]
+        if content is None
+        else content
+    )
+    return {
+        "object": "response",
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "output": [
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "message", "role": "assistant", "content": content},
+        ],
+        "usage": {"input_tokens": 120, "output_tokens": 7, "total_tokens": 127},
+        **fields,
+    }
+
+
+def test_a_responses_answer_is_read_field_by_field():
+    read = PROVIDERS["openai-responses"].parse
+    plain = read(response(), "req_1")
+    assert (plain.text, plain.finish, plain.refusal, plain.tool_call) == (
+        "Summary.",
+        "completed",
+        None,
+        False,
+    )
+    assert (plain.usage.input_tokens, plain.usage.output_tokens) == (120, 7)
+    parts = [{"type": "output_text", "text": "Sum"}, {"type": "output_text", "text": "mary."}]
+    assert read(response(content=parts), None).text == "Summary."
+    refused = read(response(content=[{"type": "refusal", "refusal": "I can't."}]), None)
+    assert (refused.text, refused.refusal) == (None, "I can't.")
+    cut = read(response("incomplete", incomplete_details={"reason": "max_output_tokens"}), None)
+    assert cut.finish == "max_output_tokens" and PROVIDERS["openai-responses"].cut_off(cut.finish)
+    filtered = read(response("incomplete", incomplete_details={"reason": "content_filter"}), None)
+    assert filtered.finish == "content_filter"
+    assert read(response("incomplete"), None).finish == "incomplete"
+    assert read(response(None), None).finish is None
+    called = response()
+    called["output"].append({"type": "function_call", "name": "f", "arguments": "{}"})
+    assert read(called, None).tool_call is True
+    for broken, what in (
+        ({"status": "completed"}, "no output list"),
+        ({"status": "completed", "output": ["x"]}, "an output item is not an object"),
+        ({"output": [{"type": "message"}]}, "a message item without a content list"),
+        ({"output": [{"type": "message", "content": [{"type": "output_text"}]}]}, "without text"),
+    ):
+        with pytest.raises(_Malformed, match=what):
+            read({**broken, "usage": {"input_tokens": 3}}, None)
+
+
+def test_a_failed_response_is_an_error_and_a_server_error_is_retried():
+    url = "http://127.0.0.1:9/v1"
+    for error, status, retryable in (
+        ({"code": "server_error", "message": "The model failed."}, 500, True),
+        ({"code": "rate_limit_exceeded", "message": "Slow down."}, 429, True),
+        ({"code": "invalid_prompt", "message": "Bad prompt."}, 200, False),
+        (None, 200, False),
+    ):
+        body = json.dumps(response("failed", content=[], error=error)).encode()
+        failed = answer(200, {"x-request-id": "req_9"}, body, "openai-responses")
+        assert isinstance(failed, ModelError), failed
+        assert (failed.status, failed.retryable, failed.request_id) == (status, retryable, "req_9")
+        assert failed.where == f"POST {url}/responses"
+        assert (error or {"message": "the response failed"})["message"] in failed.reason
+    # a response carries "error": null when it did not fail
+    completed = answer(200, {}, json.dumps(response()).encode(), "openai-responses")
+    assert not isinstance(completed, ModelError) and completed.text == "Summary."
+
+
+def sse(*events: dict) -> bytes:
+    return b"".join(
+        b"event: %s\ndata: %s\n\n" % (e.get("type", "x").encode(), json.dumps(e).encode())
+        for e in events
+    )
+
+
+def test_a_streamed_response_is_read_from_its_events():
+    stream = {"content-type": "application/json"}  # mislabelled: read as a stream all the same
+    done = response()
+    deltas = [
+        {"type": "response.created", "response": {**done, "status": "in_progress", "output": []}},
+        {"type": "response.output_text.delta", "delta": "Summ"},
+        {"type": "response.output_text.delta", "delta": "ary."},
+    ]
+    read = answer(
+        200,
+        stream,
+        sse(*deltas, {"type": "response.completed", "response": done}),
+        "openai-responses",
+    )
+    assert (read.text, read.finish, read.usage.input_tokens) == ("Summary.", "completed", 120)
+    # a last event without the output list: the answer is what the deltas said
+    bare = {k: v for k, v in done.items() if k != "output"}
+    incomplete = {
+        **bare,
+        "status": "incomplete",
+        "incomplete_details": {"reason": "max_output_tokens"},
+    }
+    read = answer(
+        200,
+        stream,
+        sse(*deltas, {"type": "response.incomplete", "response": incomplete}),
+        "openai-responses",
+    )
+    assert (read.text, read.finish) == ("Summary.", "max_output_tokens")
+    refusal = [{"type": "response.refusal.delta", "delta": "No."}]
+    read = answer(
+        200,
+        stream,
+        sse(*refusal, {"type": "response.completed", "response": bare}),
+        "openai-responses",
+    )
+    assert (read.text, read.refusal) == (None, "No.")
+    # no last event: no answer
+    cut = answer(200, stream, sse(*deltas), "openai-responses")
+    assert isinstance(cut, ModelError) and "no output list (in an event stream)" in cut.reason
+
+
+def test_a_failed_stream_and_an_error_event_are_the_servers_errors():
+    stream = {"content-type": "text/event-stream"}
+    failed = {
+        **response("failed", content=[]),
+        "error": {"code": "server_error", "message": "boom"},
+    }
+    for events, status, text in (
+        ([{"type": "response.failed", "response": failed}], 500, "HTTP 500 server_error: boom"),
+        (
+            [{"type": "error", "code": "context_length_exceeded", "message": "too many tokens"}],
+            200,
+            "HTTP 200 context_length_exceeded: too many tokens",
+        ),
+    ):
+        error = answer(
+            200,
+            stream,
+            sse({"type": "response.created", "response": {}}, *events),
+            "openai-responses",
+        )
+        assert isinstance(error, ModelError) and error.status == status
+        assert error.reason == text
+    assert error.too_long  # a context-length error event: the fold is split (SPEC 6)

@@ -170,6 +170,11 @@ CASES = [
         [(4, 3, "warning", "$.model.max_tokens_param")],
     ),
     (
+        "model:\n  name: a\n  api: openai-responses\n  max_tokens_param: max_tokens\n",
+        "model-no-effect",
+        [(4, 3, "warning", "$.model.max_tokens_param")],
+    ),
+    (
         "model:\n  name: a\n  api_key: hunter2\n",
         "literal-secret",
         [(3, 12, "error", "$.model.api_key")],
@@ -664,6 +669,7 @@ def test_json_schema_describes_the_provider_settings(run_cli):
     schema = json.loads(run_cli("validate", "--schema").stdout)
     model = schema["properties"]["model"]["oneOf"][1]["properties"]
     assert model["max_tokens_param"]["enum"] == ["max_tokens", "max_completion_tokens"]
+    assert model["api"]["enum"] == ["openai", "anthropic", "openai-responses"]
     assert model["max_tokens_param"]["default"] == "max_tokens"
     assert set(model["auth"]["enum"]) == {"bearer", "api-key", "x-api-key"}
     assert model["api_version"]["type"] == "string"

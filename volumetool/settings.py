@@ -2,50 +2,24 @@
 them that more than the config checker needs (a base_url that cannot work).
 
 Nothing here reads a file or imports YAML, click or httpx: the pure compaction core takes these
-settings as plain data. Each default is written once, here; the config checker's key table
-reads them from these dataclasses.
+settings as plain data. Each default is written once, here or (what an api leaves out) in its
+provider; the config checker's key table reads them from these dataclasses.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple
 from urllib.parse import urlsplit
+
+from volumetool.providers import AUTH_HEADERS, PROVIDERS
 
 DEFAULT_THRESHOLD = 50_000
 
-
-class ApiDefaults(NamedTuple):
-    """What an api means, and what a model: block of that api leaves out."""
-
-    base_url: str
-    api_key_env: str
-    auth: str
-    path: str  # appended to base_url for one request
-    called: str  # what the API is called, for messages
-
-
-API_DEFAULTS: dict[str, ApiDefaults] = {
-    "openai": ApiDefaults(
-        "https://api.openai.com/v1",
-        "OPENAI_API_KEY",
-        "bearer",
-        "/chat/completions",
-        "chat completions",
-    ),
-    "anthropic": ApiDefaults(
-        "https://api.anthropic.com", "ANTHROPIC_API_KEY", "x-api-key", "/v1/messages", "messages"
-    ),
-}
 # The choices of the enumerated settings, with what each means (for messages and the JSON
-# Schema). An auth scheme is the header the key travels in.
+# Schema). The apis and auth schemes are the providers' (volumetool/providers/).
 SCOPES = ("thread", "none")
-APIS = {api: defaults.called for api, defaults in API_DEFAULTS.items()}
-AUTH_HEADERS = {
-    "bearer": "Authorization: Bearer KEY",
-    "api-key": "api-key: KEY, as Azure OpenAI wants",
-    "x-api-key": "x-api-key: KEY, as Anthropic wants",
-}
+APIS = {api: provider.called for api, provider in PROVIDERS.items()}
+AUTHS = {scheme: header.shown for scheme, header in AUTH_HEADERS.items()}
 MAX_TOKENS_PARAMS = {
     "max_tokens": "most chat models",
     "max_completion_tokens": "OpenAI reasoning models such as o4-mini",
@@ -79,7 +53,7 @@ class ModelSettings:
     base_url: str | None = None
     api_key_env: str | None = None
     max_tokens_param: str = "max_tokens"  # the request field that carries the output limit
-    auth: str | None = None  # a key of AUTH_HEADERS
+    auth: str | None = None  # a key of AUTHS
     api_version: str | None = None  # sent as the api-version query parameter when set
     # Whether the config named api_key_env itself: then its key is required; otherwise the
     # api's usual variable is used when it is set, and no key is sent when not (SPEC 14).
@@ -87,7 +61,7 @@ class ModelSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_named", self.api_key_env is not None)
-        defaults = API_DEFAULTS.get(self.api, API_DEFAULTS["openai"])
+        defaults = PROVIDERS.get(self.api, PROVIDERS["openai"])
         for name in ("base_url", "api_key_env", "auth"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, getattr(defaults, name))
@@ -159,7 +133,7 @@ def _is_port(text: str) -> bool:
 
 def _doubled_path(path: str, api: str) -> str | None:
     """A base_url path that already ends in (the start of) what the client appends."""
-    appended = API_DEFAULTS[api].path if api in API_DEFAULTS else ""
+    appended = PROVIDERS[api].path if api in PROVIDERS else ""
     segments = appended.split("/")[1:]
     for n in range(len(segments), 0, -1):
         start = "/" + "/".join(segments[:n])

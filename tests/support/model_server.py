@@ -1,5 +1,6 @@
-"""A real model endpoint on 127.0.0.1 for tests and benchmarks: OpenAI chat completions and
-Anthropic messages, answering the way real providers and the servers people put in front of
+"""A real model endpoint on 127.0.0.1 for tests and benchmarks: OpenAI chat completions,
+Anthropic messages and OpenAI's Responses API (`/responses`, which errs as OpenAI does),
+answering the way real providers and the servers people put in front of
 them answer (see FAULTS), switched per request.
 
     with ModelServer() as server:
@@ -11,7 +12,8 @@ them answer (see FAULTS), switched per request.
 
 Answers stream (server-sent events, as each API sends them) when the request asks for it, the
 way real providers stream: OpenAI chat completion chunks and a usage chunk, Anthropic's
-message_start … message_stop; `streams` records how much of each stream went out.
+message_start … message_stop, the Responses API's `response.*` events; `streams` records
+how much of each stream went out.
 
 The bodies follow the providers' documented and observed shapes: OpenAI and Azure
 (`{"error": {message, type, param, code}}`), Anthropic (`{"type": "error", "error": {...}}`),
@@ -431,6 +433,43 @@ def anthropic_events(reply: dict) -> list[dict]:
     return events
 
 
+def responses_events(reply: dict) -> list[dict]:
+    """A response as the Responses API streams it: response.created, each output item added,
+    its content parts' deltas (output_text, refusal) and done events, then the whole response
+    in response.completed, .incomplete or .failed. A body that is no response, one event."""
+    if reply.get("object") != "response":
+        return [reply]
+    events: list[dict] = [
+        {"type": "response.created", "response": {**reply, "status": "in_progress", "output": []}}
+    ]
+    for n, item in enumerate(reply["output"]):
+        parts = item.get("content") if item["type"] == "message" else None
+        opened = {**item, "content": []} if parts is not None else item
+        events.append({"type": "response.output_item.added", "output_index": n, "item": opened})
+        for c, part in enumerate(parts or []):
+            at = {"item_id": item.get("id"), "output_index": n, "content_index": c}
+            if part["type"] == "output_text":
+                empty = {**part, "text": ""}
+                events.append({"type": "response.content_part.added", **at, "part": empty})
+                events += [
+                    {"type": "response.output_text.delta", **at, "delta": piece}
+                    for piece in _pieces(part["text"])
+                ]
+                events.append({"type": "response.output_text.done", **at, "text": part["text"]})
+            elif part["type"] == "refusal":
+                delta = {"type": "response.refusal.delta", **at, "delta": part["refusal"]}
+                events.append(delta)
+            events.append({"type": "response.content_part.done", **at, "part": part})
+        events.append({"type": "response.output_item.done", "output_index": n, "item": item})
+    last = {"incomplete": "response.incomplete", "failed": "response.failed"}
+    events.append({"type": last.get(reply["status"], "response.completed"), "response": reply})
+    return [{**event, "sequence_number": n} for n, event in enumerate(events)]
+
+
+EVENTS = {"openai": openai_events, "anthropic": anthropic_events}
+EVENTS["openai-responses"] = responses_events
+
+
 def _pieces(text: str, size: int = 24) -> list[str]:
     """Text cut as a model streams it: a few words at a time."""
     return [text[i : i + size] for i in range(0, len(text), size)]
@@ -524,6 +563,8 @@ class ModelServer:
 
     def conversation(self, body: dict) -> str:
         """The user message of a request (what the summarizer was asked to fold)."""
+        if isinstance(body.get("input"), str):  # the Responses API
+            return body["input"]
         messages = body.get("messages") or [{}]
         return str(messages[-1].get("content", ""))
 
@@ -533,7 +574,8 @@ class ModelServer:
         length = int(handler.headers.get("content-length", 0))
         body = json.loads(handler.rfile.read(length) or b"{}")
         url = urlsplit(handler.path)
-        anthropic = url.path.endswith("/v1/messages")
+        api = "anthropic" if url.path.endswith("/v1/messages") else "openai"
+        api = "openai-responses" if url.path.endswith("/responses") else api
         with self._lock:
             fault = self._queue.popleft() if self._queue else self.fault
             if self.fail_every and len(self.requests) % self.fail_every[0] == 0:
@@ -564,16 +606,17 @@ class ModelServer:
                 self.on_request(body)
             if self.latency:
                 time.sleep(self.latency)
-            self._respond(handler, fault, anthropic, body)
+            self._respond(handler, fault, api, body)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up on a long answer, as it should
         finally:
             with self._lock:
                 self.in_flight -= 1
 
-    def _respond(self, handler, fault: str | None, anthropic: bool, body: dict) -> None:
+    def _respond(self, handler, fault: str | None, api: str, body: dict) -> None:
+        anthropic = api == "anthropic"
         if fault in RAW_FAULTS:
-            self._raw(handler, fault, anthropic)
+            self._raw(handler, fault)
             return
         if fault in HTTP_ERRORS:
             status, openai_body, anthropic_body, headers = HTTP_ERRORS[fault]
@@ -604,20 +647,21 @@ class ModelServer:
             text = "".join(wide(i) for i in range(len(self.conversation(body)) // 2))
         elif fault == "repeat":
             text = REPEATED_SENTENCE * REPEAT_TIMES
-        payload = self._anthropic(text, fault) if anthropic else self._openai(text, fault)
+        answer = {"anthropic": self._anthropic, "openai-responses": self._responses}
+        payload = answer.get(api, self._openai)(text, fault)
         data = json.dumps(payload).replace("{key}", _key(handler))
         if fault == "surrogate":  # JSON may escape a lone surrogate; Python decodes it
             data = data.replace("SURROGATE", "\\ud800")
         if body.get("stream") and not self.plain:
             payload = json.loads(data)  # the key and surrogate as the JSON would carry them
-            events = anthropic_events(payload) if anthropic else openai_events(payload)
-            self._send_events(handler, events, anthropic, stall=fault == "stall")
+            events = EVENTS[api](payload)
+            self._send_events(handler, events, api, stall=fault == "stall")
             return
         if self.chunk_delay:  # a model writes as slowly whether it streams or not
             time.sleep(self.chunk_delay * len(openai_events(payload_of(data))))
         self._send_raw(handler, Reply(200, raw=data.encode()))
 
-    def _send_events(self, handler, events: list[dict], anthropic: bool, stall: bool) -> None:
+    def _send_events(self, handler, events: list[dict], api: str, stall: bool) -> None:
         """A streamed answer, one event per chunk, paced by chunk_delay; a stalled one stops
         after its first events and keeps the connection open."""
         handler.send_response(200)
@@ -628,11 +672,11 @@ class ModelServer:
         record = {"events": 0, "of": len(events), "closed": False}
         self.streams.append(record)
         frames = [
-            (f"event: {e['type']}\n" if anthropic and "type" in e else "")
+            (f"event: {e['type']}\n" if api != "openai" and "type" in e else "")
             + f"data: {json.dumps(e)}\n\n"
             for e in events
         ]
-        if not anthropic:
+        if api == "openai":
             frames.append("data: [DONE]\n\n")
         try:
             for n, frame in enumerate(frames):
@@ -772,6 +816,76 @@ class ModelServer:
         self._odd_usage(usage, fault, "input_tokens", "output_tokens")
         return self._usage(reply)
 
+    def _responses(self, text: str, fault: str | None) -> dict:
+        if fault in ("error_in_200", "malformed_shape"):  # no response: as chat completions'
+            return self._openai(text, fault)
+        content: list[dict] = [{"type": "output_text", "text": text, "annotations": []}]
+        message = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant"}
+        usage: dict = {
+            "input_tokens": self.usage["input"],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": self.usage["output"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": self.usage["input"] + self.usage["output"],
+        }
+        reply: dict = {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1730000000,
+            "status": "completed",
+            "error": None,
+            "incomplete_details": None,
+            "model": "m",
+            "output": [{**message, "content": content}],
+            "usage": usage,
+        }
+        # Why an incomplete response stopped: incomplete_details.reason.
+        incomplete = {
+            "truncated": "max_output_tokens",
+            "window_exceeded": "max_output_tokens",
+            "repeat": "max_output_tokens",
+            "content_filter": "content_filter",
+            "pause_turn": "abort",
+            "finish_unknown": "abort",
+        }
+        if fault in incomplete:
+            reply["status"] = "incomplete"
+            reply["incomplete_details"] = {"reason": incomplete[fault]}
+        if fault == "tool_call":
+            reply["output"] = [
+                {
+                    "type": "function_call",
+                    "id": "fc_1",
+                    "call_id": "call_1",
+                    "name": "read_file",
+                    "arguments": "{}",
+                    "status": "completed",
+                }
+            ]
+        elif fault == "content_filter":
+            content[0]["text"] = "Summary: the user asked the agent to"
+        elif fault in ("refusal", "refusal_echo"):
+            said = ECHOED_REFUSAL if fault == "refusal_echo" else "I'm sorry, I can't help."
+            content[:] = [{"type": "refusal", "refusal": said}]
+        elif fault == "finish_echo":
+            reply["status"] = "{key}"
+        elif fault == "finish_null":
+            reply["status"] = None
+        elif fault == "content_list":
+            reply["output"].insert(0, {"type": "reasoning", "id": "rs_1", "summary": []})
+            content[:] = [
+                {"type": "output_text", "text": text[:10], "annotations": []},
+                {"type": "output_text", "text": text[10:], "annotations": []},
+            ]
+        elif fault == "choices_empty":
+            reply["output"] = []
+        elif fault == "surrogate":
+            content[0]["text"] = "Summary SURROGATE here."
+        elif fault == "cache_usage_invalid":  # input_tokens counts the cached ones already
+            usage["input_tokens_details"] = {"cached_tokens": "900"}
+        self._odd_usage(usage, fault, "input_tokens", "output_tokens")
+        return self._usage(reply)
+
     @staticmethod
     def _odd_usage(usage: dict, fault: str | None, prompt: str, output: str) -> None:
         odd = {
@@ -788,7 +902,7 @@ class ModelServer:
             del reply["usage"]
         return reply
 
-    def _raw(self, handler, fault: str, anthropic: bool) -> None:
+    def _raw(self, handler, fault: str) -> None:
         if fault == "hang":
             self._stop.wait(30)
             return

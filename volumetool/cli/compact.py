@@ -20,6 +20,7 @@ from volumetool.cli.options import (
     volumes_argument,
     wait_option,
 )
+from volumetool.providers import PROVIDERS
 
 # How a compaction run calls the model: option, type (with its bounds), default, help. The
 # names match Request's fields, where the command passes them as they are.
@@ -132,7 +133,7 @@ def tuning_options(f):
 )
 @click.option(
     "--api",
-    type=click.Choice(["openai", "anthropic"]),
+    type=click.Choice(list(PROVIDERS)),
     help="Override model.api.",
     **from_env("--api"),
 )

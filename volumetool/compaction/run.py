@@ -62,8 +62,9 @@ from volumetool.compaction.summarize import (
 from volumetool.compaction.unrecorded import Pending, UnrecordedRun, record_kept
 from volumetool.errors import Busy, Interrupted, UnusableInput, VolumetoolError, worst_exit_code
 from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy, TlsContext
+from volumetool.providers import PROVIDERS
 from volumetool.render import escape_control, one_line, plural
-from volumetool.settings import API_DEFAULTS, AgentConfig, base_url_problem
+from volumetool.settings import AgentConfig, base_url_problem
 from volumetool.timefmt import iso, now_iso
 from volumetool.usage import Usage
 from volumetool.volume import Volume, open_for_write
@@ -198,17 +199,18 @@ def resolve_endpoint(request: Request, need_key: bool) -> tuple[str | None, Endp
     """The summary model and its endpoint: overrides first, then model.small, model.name.
     Anything that cannot work is a usage error here, before any volume is touched."""
     settings = request.config.model
-    model = request.model or settings.summary_model
-    api = request.api or settings.api
-    same_api = api == settings.api
-    base_url = request.base_url or (settings.base_url if same_api else API_DEFAULTS[api][0])
+    model = first_set(request.model, settings.summary_model)
+    api = first_set(request.api, settings.api)
+    provider = PROVIDERS[api]
+    # The config's endpoint settings are its api's: another api (--api) takes its own defaults.
+    config = settings if api == settings.api else None
+    base_url = first_set(request.base_url, config and config.base_url, provider.base_url)
     # A variable the config or --api-key-env names must hold a key; the api's usual one may
     # not (a local server needs none): then no key is sent.
-    named = request.api_key_env or (
-        settings.api_key_env if same_api and settings.key_named else None
-    )
-    key_env = named or API_DEFAULTS[api].api_key_env
-    base_url = base_url or API_DEFAULTS[api][0]
+    named = first_set(request.api_key_env, config and config.key_named and config.api_key_env)
+    key_env = first_set(named, provider.api_key_env)
+    # model.max_tokens_param, for an api whose request has more than one field for the limit
+    limit_field = settings.max_tokens_param if provider.max_tokens_field is None else "max_tokens"
     problem = base_url_problem(base_url, api)
     if problem:  # the message never repeats the URL: it may carry a password or a key
         where = "--base-url" if request.base_url else "model.base_url"
@@ -231,10 +233,16 @@ def resolve_endpoint(request: Request, need_key: bool) -> tuple[str | None, Endp
         request.max_summary_tokens,
         request.timeout,
         request.max_answer_seconds,
-        auth=settings.auth if same_api else None,
-        api_version=settings.api_version if same_api else None,
-        max_tokens_param=settings.max_tokens_param if api == "openai" else "max_tokens",
+        auth=config and config.auth,
+        api_version=config and config.api_version,
+        max_tokens_param=limit_field,
     )
+
+
+def first_set(*values: Any) -> Any:
+    """The first value that is set (not None, not empty) in order of precedence — a flag (or
+    its VOLUMETOOL_ variable), then the config, then the api's default — else the last."""
+    return next((value for value in values if value), values[-1])
 
 
 def check_request(request: Request) -> None:

@@ -26,8 +26,8 @@ from volumetool.model_client import (
     EndpointUnusable,
     ModelClient,
     ModelError,
-    located,
 )
+from volumetool.providers.errors import located
 from volumetool.render import one_line
 from volumetool.usage import Usage
 

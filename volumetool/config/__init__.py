@@ -22,7 +22,6 @@ from volumetool.config.keys import MEMORY_KEYS, MODEL_KEYS, json_schema
 from volumetool.config.nodes import Loader
 from volumetool.config.report import RULES, Finding
 from volumetool.settings import (
-    API_DEFAULTS,
     DEFAULT_THRESHOLD,
     AgentConfig,
     MemorySettings,
@@ -30,7 +29,6 @@ from volumetool.settings import (
 )
 
 __all__ = [
-    "API_DEFAULTS",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_THRESHOLD",
     "MEMORY_KEYS",

@@ -31,10 +31,10 @@ from volumetool.config.nodes import (
 )
 from volumetool.config.report import spoken
 from volumetool.config.secret import SECRET_KEY, SECRET_VALUE
+from volumetool.providers import PROVIDERS
 from volumetool.settings import (
-    API_DEFAULTS,
     APIS,
-    AUTH_HEADERS,
+    AUTHS,
     MAX_TOKENS_PARAMS,
     SCOPES,
     MemorySettings,
@@ -340,12 +340,13 @@ def check_env_name(name: str, node: yaml.Node, at: At) -> object:
 
 
 def check_max_tokens_param(value: str, node: yaml.Node, at: At) -> object:
-    if at.values["api"] == "anthropic":
+    provider = PROVIDERS.get(at.values["api"], PROVIDERS["openai"])
+    if provider.max_tokens_field:
         at.add(
             at.key,
             "model-no-effect",
-            "max_tokens_param has no effect with api: anthropic (the messages API always "
-            "takes max_tokens)",
+            f"max_tokens_param has no effect with api: {provider.name} (the {provider.called} "
+            f"API always takes {provider.max_tokens_field})",
         )
     return one_of("model-max-tokens-param", MAX_TOKENS_PARAMS)(value, node, at)
 
@@ -390,10 +391,10 @@ MODEL_KEYS = table(
     ),
     Key(
         "auth",
-        {"enum": list(AUTH_HEADERS)},
-        f"The header the API key travels in: {spoken(AUTH_HEADERS)}; default: "
-        f"{spoken([f'{d.auth} for {api}' for api, d in API_DEFAULTS.items()], 'and')}.",
-        text(one_of("model-auth", AUTH_HEADERS)),
+        {"enum": list(AUTHS)},
+        f"The header the API key travels in: {spoken(AUTHS)}; default: "
+        f"{spoken([f'{p.auth} for {api}' for api, p in PROVIDERS.items()], 'and')}.",
+        text(one_of("model-auth", AUTHS)),
     ),
     Key(
         "api_version",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from volumetool.settings import APIS, AUTH_HEADERS, MAX_TOKENS_PARAMS, SCOPES
+from volumetool.settings import APIS, AUTHS, MAX_TOKENS_PARAMS, SCOPES
 
 
 def spoken(words: Mapping[str, str] | Sequence[str], last: str = "or") -> str:
@@ -67,7 +67,7 @@ RULES: dict[str, tuple[str, str]] = {
         "path the client appends again.",
     ),
     "model-api-key-env": ("error", "model.api_key_env must name an environment variable."),
-    "model-auth": ("error", f"model.auth must be {spoken(list(AUTH_HEADERS))}."),
+    "model-auth": ("error", f"model.auth must be {spoken(list(AUTHS))}."),
     "model-max-tokens-param": (
         "error",
         f"model.max_tokens_param must be {spoken(list(MAX_TOKENS_PARAMS))}.",
