@@ -425,11 +425,14 @@ def test_no_plain_query_is_an_fts5_syntax_error(text):
 
 
 def test_the_index_definitions_are_what_sqlite_makes_of_them(tmp_path):
-    from volumetool.format import VOLUMETOOL_OBJECTS
+    from volumetool.format import INDEX_OBJECTS, SEARCH_BUILDS, VOLUMETOOL_OBJECTS
     from volumetool.search.index import create_statements
 
     conn = sqlite3.connect(":memory:")
     for statement in create_statements():
         conn.execute(statement)
+    assert read_schema(conn) == INDEX_OBJECTS
+    for name in SEARCH_BUILDS:  # a first build
+        conn.execute(f"CREATE VIRTUAL TABLE {name} USING {SEARCH_FTS5}")
     assert read_schema(conn) == VOLUMETOOL_OBJECTS
     assert SEARCH_FTS5.startswith("fts5(")

@@ -259,6 +259,8 @@ SEARCH_TOKENIZER = "unicode61 remove_diacritics 0"
 SEARCH_FTS5 = f"fts5(text, key, tokenize = '{SEARCH_TOKENIZER}', columnsize = 0)"
 SEARCH_TABLES = ("search_messages", "search_texts")
 SEARCH_STATE = "search_state"
+# Where a first build of the index is copied into the file before each table takes its name.
+SEARCH_BUILDS = ("search_build_messages", "search_build_texts")
 
 
 def _untyped(name: str, pk: int = 0) -> Column:
@@ -279,9 +281,15 @@ def _fts5_objects(name: str) -> dict[tuple[str, str], Definition]:
     }
 
 
-VOLUMETOOL_OBJECTS: Schema = {
+# The search index, complete or not at all (`search.index.index_state`).
+INDEX_OBJECTS: Schema = {
     **{key: d for name in SEARCH_TABLES for key, d in _fts5_objects(name).items()},
     ("table", SEARCH_STATE): Table((Column("name", "TEXT", pk=1), _integer("value", True))),
+}
+# Everything volumetool may add to an agent file: the index, and a first build of it under way.
+VOLUMETOOL_OBJECTS: Schema = {
+    **INDEX_OBJECTS,
+    **{key: d for name in SEARCH_BUILDS for key, d in _fts5_objects(name).items()},
 }
 
 

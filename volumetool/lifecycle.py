@@ -341,6 +341,7 @@ def scrub(volume: Volume) -> None:
     try:
         index.tidy(volume)
         with volume.write() as conn:
+            index.drop_build(conn)
             index.merge_all(conn)
     except Damaged:
         with volume.write() as conn:

@@ -3,7 +3,9 @@ erasing a person's data on request."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 
 import click
 
@@ -79,8 +81,9 @@ def search(
     must occur together. With --fts, QUERY is an FTS5 expression (refund OR chargeback,
     NEAR(invoice overdue), deploy*).
 
-    The first search of a volume builds a search index in the file (about 15 s for a
-    million messages, once); later ones add what is new and take out what was deleted.
+    The first search of a volume builds a search index in the file, once (with a progress
+    bar; the words are read into a scratch file in $TMPDIR first, so that the agent is never
+    held up for long); later ones add what is new and take out what was deleted.
     Results are those of one moment of the volume, whatever the agent writes meanwhile.
 
     \b
@@ -102,7 +105,24 @@ def search(
         parse_since(since),
         limit or None,
     )
-    rows = run(volume, request, busy_timeout=busy_timeout, write_index=not read_only, say=say)
+    with contextlib.ExitStack() as stack:
+        bars: list = []  # on a terminal, once a first build of the index says how far it is
+
+        def progress(done: int, total: int) -> None:
+            if not bars and sys.stderr.isatty():
+                bar = click.progressbar(length=total, label="indexing", file=sys.stderr)
+                bars.append(stack.enter_context(bar))
+            for bar in bars:
+                bar.update(done - bar.pos)
+
+        rows = run(
+            volume,
+            request,
+            busy_timeout=busy_timeout,
+            write_index=not read_only,
+            say=say,
+            progress=progress,
+        )
     emit(rows, SEARCH_FIELDS, output, tablefmt, limit, "results")
 
 

@@ -240,12 +240,18 @@ def check_expression(expression: str) -> None:
         conn.close()
 
 
-def _refresh(path: Path, busy_timeout: float, found: index.Pending, say: Callable) -> None:
+def _refresh(
+    path: Path,
+    busy_timeout: float,
+    found: index.Pending,
+    say: Callable,
+    progress: index.Progress | None,
+) -> None:
     if found.count >= ANNOUNCE_AT:
         say(f"indexing {found.count:,} texts for search (later searches add only what is new)")
     try:
         with open_for_write(path, busy_timeout=busy_timeout, lock=False) as volume:
-            index.refresh(volume, found)
+            index.refresh(volume, found, progress)
     except Damaged:
         raise
     except (SchemaMismatch, Busy, UnusableInput, ProblemsFound) as exc:
@@ -259,10 +265,12 @@ def search(
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     write_index: bool = True,
     say: Callable[[str], None] = lambda message: None,
+    progress: index.Progress | None = None,
 ) -> list[dict]:
     """Search a volume (SPEC section 11). With `write_index`, a search that finds the index
     missing, lacking much or holding deleted text refreshes it first; either way the results
-    are those of one snapshot of the volume."""
+    are those of one snapshot of the volume. `progress(done, total)`: how far a first build
+    of the index is."""
     query = parse_query(request.query, request.fts)
     check_expression(query.expression)
     with Volume(argument, readonly=True, busy_timeout=busy_timeout) as volume:
@@ -271,7 +279,7 @@ def search(
                 found = index.pending(conn)
                 if not (write_index and found.wants_refresh()):
                     return find(conn, query, request, found)
-            _refresh(volume.path, busy_timeout, found, say)
+            _refresh(volume.path, busy_timeout, found, say, progress)
             with volume.snapshot() as conn:
                 return find(conn, query, request, index.pending(conn))
         except Damaged:

@@ -28,20 +28,24 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from volumetool.format import (
+    INDEX_OBJECTS,
+    SEARCH_BUILDS,
     SEARCH_FTS5,
     SEARCH_STATE,
     SEARCH_TABLES,
-    VOLUMETOOL_OBJECTS,
     compare,
 )
-from volumetool.volume import Volume, read_schema
+from volumetool.volume import Volume, connect, read_schema
 
 MESSAGES, TEXTS = SEARCH_TABLES
+BUILDS = dict(zip(SEARCH_TABLES, SEARCH_BUILDS, strict=True))  # each table's first build
 SLOT_SUMMARY, SLOT_HISTORY, SLOT_MEMORY = 1, 2, 3  # text document id = source id * 4 + slot
 # Source ids beyond this would overflow `id * 4`; no agent file comes near (they are not found).
 ID_LIMIT = 1 << 60
@@ -82,7 +86,7 @@ TEXT_SOURCES = (
 
 
 def create_statements() -> list[str]:
-    """The index's objects, exactly as `format.VOLUMETOOL_OBJECTS` defines them."""
+    """The index's objects, exactly as `format.INDEX_OBJECTS` defines them."""
     return [
         *(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING {SEARCH_FTS5}"
@@ -98,11 +102,11 @@ def index_state(conn: sqlite3.Connection) -> str:
     """`absent`, `present` (every object there, as volumetool defines it), `partial` (some
     missing, none altered: a refresh completes it) or `foreign` (an object under one of its
     names is defined otherwise: not volumetool's, never read or written)."""
-    ours = {(kind, name.lower()) for kind, name in VOLUMETOOL_OBJECTS}
+    ours = {(kind, name.lower()) for kind, name in INDEX_OBJECTS}
     found = {key: d for key, d in read_schema(conn).items() if (key[0], key[1].lower()) in ours}
     if not found:
         return "absent"
-    differences = compare(found, VOLUMETOOL_OBJECTS, optional={})
+    differences = compare(found, INDEX_OBJECTS, optional={})
     if any(d.kind != "missing" for d in differences):
         return "foreign"
     return "partial" if differences else "present"
@@ -353,10 +357,19 @@ def append_step(conn: sqlite3.Connection) -> int:
     return added
 
 
-def refresh(volume: Volume, found: Pending) -> None:
+Progress = Callable[[int, int], None]  # (done, total) of a first build
+
+
+def refresh(volume: Volume, found: Pending, progress: Progress | None = None) -> None:
     """Bring the index up to date in short write transactions (BATCH documents each), so
-    that the agent never waits long for its own writes. `found`: what a snapshot found."""
+    that the agent never waits long for its own writes; a volume with no index at all is
+    indexed by `build` first. `found`: what a snapshot found."""
     volume.conn.execute("PRAGMA secure_delete = ON")  # a text taken out leaves no copy
+    if not found.indexed and found.count:
+        with volume.snapshot() as conn:
+            absent = index_state(conn) == "absent"
+        if absent:
+            build(volume, progress or (lambda done, total: None))
     if found.stale:
         tidy(volume)
     while True:
@@ -367,6 +380,158 @@ def refresh(volume: Volume, found: Pending) -> None:
         with _turn(volume) as conn:
             if append_step(conn) < BATCH:
                 break
+
+
+# -- a first build: the tokenizing off the write lock ------------------------------------------
+
+FILL = 20_000  # messages FTS5 reads per statement of a first build (progress between them)
+TURN = 0.025  # seconds each write transaction copying a first build aims at
+# The pause after each: an agent that found the lock taken looks again 1, 3, 8, 18 and 33 ms
+# later (SQLite's busy handler, never more than 15 ms apart until then), so a pause of 16 ms
+# after at most 33 ms of copying lets it in within 33 ms, whenever it came.
+GAP = 0.016
+# The tables of an FTS5 index and their keys, the structure and settings last.
+SHADOWS = (("content", "id"), ("idx", "segid, term"), ("data", "id"), ("config", "k"))
+
+
+def build(volume: Volume, progress: Progress) -> bool:
+    """Index every message, summary and memory of a volume that has no index, without holding
+    the agent up for longer than a short copy at a time. FTS5 fills the index in a scratch
+    file from one read snapshot (the tokenizing: nearly all the work, and none of it under the
+    volume's write lock); its tables are then copied into the volume under SEARCH_BUILDS in
+    short write transactions, and take their names in a last one. What the agent changed
+    since the snapshot is then what any index lacks or holds stale, which `refresh` goes on
+    to set right (and a search never shows: every hit is checked against its row). An erase
+    meanwhile drops the copy (it holds the erased text), and so does an index made meanwhile:
+    then False, and `refresh` indexes everything as it does what any index lacks. A build
+    killed anywhere leaves at most SEARCH_BUILDS, which the next one drops; the scratch file,
+    as large as the index, is in the temporary folder ($TMPDIR)."""
+    with tempfile.TemporaryDirectory(prefix="volumetool-index-") as folder:
+        scratch = Path(folder) / "index.db"
+        count = _fill(volume, scratch, progress)
+        with Volume(volume.path, readonly=False, busy_timeout=volume.busy_timeout) as copier:
+            # Its own connection: the FTS5 tables it creates and fills by hand are never read
+            # through this connection's cache, and are renamed before anyone reads them.
+            copier.conn.execute("PRAGMA secure_delete = ON")
+            copier.conn.execute("ATTACH DATABASE ? AS scratch", (str(scratch),))
+            try:
+                return _copy(copier, count, progress)
+            finally:
+                copier.conn.execute("DETACH DATABASE scratch")
+
+
+def _fill(volume: Volume, scratch: Path, progress: Progress) -> int:
+    """Index in `scratch` everything of one snapshot of the volume; how many messages. The
+    scratch connection reads the volume's tables under their own names (attached)."""
+    conn = connect(scratch, busy_timeout=volume.busy_timeout)
+    try:
+        conn.execute("ATTACH DATABASE ? AS volume", (str(volume.path),))
+        for name in SEARCH_BUILDS:
+            conn.execute(f"CREATE VIRTUAL TABLE main.{name} USING {SEARCH_FTS5}")
+        messages, texts = (f"main.{BUILDS[name]}" for name in SEARCH_TABLES)
+        with volume.translating():
+            conn.execute("BEGIN")
+            found = pending(conn, use_index=False)
+            add_texts(conn, texts, found.texts)
+            done, top = 0, None
+            while added := add_messages(conn, messages, top, FILL):
+                done += added
+                progress(done, 2 * found.tail)
+                top = _scalar(conn, f"SELECT max(id) FROM {messages}_content")
+            conn.execute("COMMIT")
+        return done
+    finally:
+        conn.close()
+
+
+def _copy(copier: Volume, count: int, progress: Progress) -> bool:
+    """Copy the scratch index into the volume, about TURN seconds of copying a transaction,
+    and give its tables their names; False when it is given up (see `build`)."""
+    with copier.write() as conn:
+        if index_state(conn) != "absent":
+            return False
+        drop_build(conn)  # one a killed build left
+        for name in SEARCH_BUILDS:
+            conn.execute(f"CREATE VIRTUAL TABLE main.{name} USING {SEARCH_FTS5}")
+    time.sleep(GAP)
+    copied = 0
+    for name in SEARCH_BUILDS:
+        for suffix, key in SHADOWS:
+            for added in _copy_rows(copier, f"{name}_{suffix}", key):
+                if added is None:
+                    return False  # an erase dropped it: it held copies of what it erased
+                if name == BUILDS[MESSAGES] and suffix == "content":
+                    copied += added
+                    progress(count + copied, 2 * count)
+    with copier.write() as conn:
+        if not _has_build(conn) or index_state(conn) != "absent" or not _renamed(conn):
+            drop_build(conn)
+            return False
+        for statement in create_statements():
+            conn.execute(statement)
+        conn.execute(f"UPDATE {SEARCH_STATE} SET value = ? WHERE name = 'messages'", (count,))
+    return True
+
+
+def _renamed(conn: sqlite3.Connection) -> bool:
+    """Each table of the build given its name, or none (False)."""
+    conn.execute("SAVEPOINT renaming")
+    try:
+        for name, build in BUILDS.items():
+            conn.execute(f"ALTER TABLE main.{build} RENAME TO {name}")
+    except sqlite3.OperationalError:  # a view of the agent's that SQLite cannot read
+        conn.execute("ROLLBACK TO renaming")
+        return False
+    finally:
+        conn.execute("RELEASE renaming")
+    return True
+
+
+def _copy_rows(copier: Volume, table: str, key: str) -> Iterator[int | None]:
+    """Copy `table` from the scratch index in key order, one write transaction of about TURN
+    seconds at a time, then GAP: how many rows each copied; None when the build is gone."""
+    rows, after = 256, ()
+    while True:
+        with copier.write() as conn:
+            started = time.monotonic()
+            if not _has_build(conn):
+                yield None
+                return
+            bounds, values = [], list(after)
+            if after:
+                bounds.append(f"({key}) > ({', '.join('?' * len(after))})")
+            last = conn.execute(
+                f"SELECT {key} FROM scratch.{table} {_where(bounds)} ORDER BY {key}"
+                " LIMIT 1 OFFSET ?",
+                (*values, rows - 1),
+            ).fetchone()
+            if last is not None:
+                bounds.append(f"({key}) <= ({', '.join('?' * len(last))})")
+                values += last
+            added = conn.execute(
+                f"INSERT OR REPLACE INTO main.{table} SELECT * FROM scratch.{table}"
+                f" {_where(bounds)}",
+                values,
+            ).rowcount
+            took = time.monotonic() - started
+        yield added
+        time.sleep(GAP)
+        if last is None:
+            return
+        rows, after = max(16, min(rows * 2, int(rows * TURN / max(took, 1e-4)))), tuple(last)
+
+
+def _where(conditions: list[str]) -> str:
+    return f"WHERE {' AND '.join(conditions)}" if conditions else ""
+
+
+def _has_build(conn: sqlite3.Connection) -> bool:
+    """Whether every table of a build is there (an erase drops them)."""
+    return _scalar(
+        conn,
+        "SELECT count(*) FROM main.sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+        *SEARCH_BUILDS,
+    ) == len(SEARCH_BUILDS)
 
 
 DELTA = {MESSAGES: "search_delta_messages", TEXTS: "search_delta_texts"}
@@ -391,13 +556,24 @@ def drop(conn: sqlite3.Connection) -> None:
     table to drop it, and cannot when one of its own tables was dropped or emptied by hand
     ("vtable constructor failed"): those are first put back as a new, empty index has them,
     so that the text in the others still goes."""
-    for name in SEARCH_TABLES:
-        try:
-            conn.execute(f"DROP TABLE IF EXISTS {name}")
-        except sqlite3.DatabaseError:
-            _restore_own_tables(conn, name)
-            conn.execute(f"DROP TABLE IF EXISTS {name}")
+    for name in (*SEARCH_TABLES, *SEARCH_BUILDS):
+        _drop_fts5(conn, name)
     conn.execute(f"DROP TABLE IF EXISTS {SEARCH_STATE}")
+
+
+def drop_build(conn: sqlite3.Connection) -> None:
+    """Drop a first build of the index under way or killed (an erase: it holds copies of
+    text from before it)."""
+    for name in SEARCH_BUILDS:
+        _drop_fts5(conn, name)
+
+
+def _drop_fts5(conn: sqlite3.Connection, name: str) -> None:
+    try:
+        conn.execute(f"DROP TABLE IF EXISTS main.{name}")  # not a build's scratch copy
+    except sqlite3.DatabaseError:
+        _restore_own_tables(conn, name)
+        conn.execute(f"DROP TABLE IF EXISTS main.{name}")
 
 
 def _restore_own_tables(conn: sqlite3.Connection, name: str) -> None:
