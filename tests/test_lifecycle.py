@@ -3,6 +3,7 @@ audit event, runs and token totals kept, and erased text gone from the file's by
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sqlite3
@@ -15,6 +16,7 @@ from tests.support.volumes import VolumeWriter, file_digest, table_dump
 from tests.test_backup import run_vt
 from tests.test_search import damage_search_index
 from tests.test_threads import query
+from volumetool.lifecycle import PRUNE_FIELDS
 
 # One token each, lowercase: the search index keeps it whole as a term (after the few first
 # characters it may share with the term before it), so a grep for its tail finds it there too.
@@ -155,10 +157,139 @@ def test_a_dry_run_predicts_the_prune_exactly_and_writes_nothing(tmp_path, run_c
     dry = run_cli("prune", path, "--archived-before", "2026-11-01", "--dry-run", "--json")
     assert dry.exit_code == 0, dry
     assert file_digest(path) == digest
+    before = {s for (s,) in query(path, "SELECT id FROM sessions")}
     real = run_cli("prune", path, "--archived-before", "2026-11-01", "--json")
-    assert {**json.loads(dry.stdout), "dry_run": False} == json.loads(real.stdout)
+    predicted = json.loads(dry.stdout)
+    listed = predicted.pop("thread_list")
+    assert {**predicted, "dry_run": False} == json.loads(real.stdout)
+    assert {row["id"] for row in listed} == before - {
+        s for (s,) in query(path, "SELECT id FROM sessions")
+    }
     assert "would prune 11 archived threads" in dry.stderr
     assert "pruned 11 archived threads" in real.stderr
+
+
+# The counts a prune's --json has printed since it was added: scripts read them.
+PRUNE_COUNTS = {
+    "archived_before",
+    "dry_run",
+    "threads",
+    "messages",
+    "summaries",
+    "kept_summaries",
+    "runs_detached",
+    "audit_detached",
+    "compaction_saved",
+}
+
+
+def listed_ids(output: str, fmt: list[str]) -> list[int]:
+    """The `id` column of a prune --dry-run listing in the format `fmt` names."""
+    if fmt == ["--json"]:
+        document = json.loads(output)
+        assert set(document) == PRUNE_COUNTS | {"thread_list"}
+        return [row["id"] for row in document["thread_list"]]
+    if fmt == ["--nl"]:
+        return [json.loads(line)["id"] for line in output.splitlines()]
+    if fmt in (["--csv"], ["--tsv"]):
+        lines = output.splitlines()
+        rows = csv.reader(lines) if fmt == ["--csv"] else (line.split("\t") for line in lines)
+        header, *cells = list(rows)
+        assert header == list(PRUNE_FIELDS)
+        return [int(row[0]) for row in cells]
+    if fmt == ["--fmt", "github"]:  # | id | conversation_key | …, then |---|
+        header, _, *rows = output.splitlines()
+        assert header.split("|")[1].strip() == "id"
+        return [int(row.split("|")[1]) for row in rows]
+    header, _, *rows = output.splitlines()  # the plain table: a header, dashes, one row a line
+    assert header.split()[:2] == ["id", "conversation_key"]
+    return [int(row.split()[0]) for row in rows]
+
+
+LISTING_FORMATS = [[], ["--table"], ["--fmt", "github"], ["--csv"], ["--tsv"], ["--nl"], ["--json"]]
+
+
+@pytest.mark.parametrize("fmt", LISTING_FORMATS, ids=lambda f: " ".join(f) or "default")
+def test_a_dry_run_lists_the_threads_it_would_prune_in_every_listing_format(tmp_path, run_cli, fmt):
+    """SPEC 13: an operator reviews what a policy would delete, not only how much."""
+    path = old_and_new(tmp_path)
+    doomed = query(
+        path,
+        "SELECT id FROM sessions WHERE status = 'archived' AND updated_at < '2026-11-01'"
+        " ORDER BY updated_at DESC, id DESC",
+    )
+    digest = file_digest(path)
+    result = run_cli("prune", path, "--archived-before", "2026-11-01", "--dry-run", *fmt)
+    assert result.exit_code == 0, result
+    assert listed_ids(result.stdout, fmt) == [s for (s,) in doomed]
+    assert "would prune 11 archived threads" in result.stderr
+    assert file_digest(path) == digest
+
+
+@pytest.mark.parametrize("fmt", LISTING_FORMATS, ids=lambda f: " ".join(f) or "default")
+def test_a_dry_run_that_would_prune_nothing_is_an_empty_listing_in_every_format(
+    tmp_path, run_cli, fmt
+):
+    path = old_and_new(tmp_path)
+    digest = file_digest(path)
+    result = run_cli("prune", path, "--archived-before", "2026-09-01", "--dry-run", *fmt)
+    assert result.exit_code == 0, result
+    assert listed_ids(result.stdout, fmt) == []
+    assert "would prune 0 archived threads" in result.stderr
+    assert file_digest(path) == digest
+    if fmt == ["--json"]:
+        assert json.loads(result.stdout)["threads"] == 0
+
+
+def test_a_dry_run_lists_each_thread_as_sessions_does_with_what_it_folded(tmp_path, run_cli):
+    """The columns a prune listing shares with `sessions` mean the same; folded_messages are
+    the rest of what goes, so the rows add up to the counts."""
+    path = old_and_new(tmp_path)
+    result = run_cli(
+        "prune", path, "--archived-before", "2026-11-01", "--dry-run", "--json", "-n", "0"
+    )
+    document = json.loads(result.stdout)
+    listed = document["thread_list"]
+    sessions = json.loads(run_cli("sessions", path, "--status", "all", "--json", "-n", "0").stdout)
+    by_id = {row["id"]: row for row in sessions}
+    for row in listed:
+        assert list(row) == list(PRUNE_FIELDS)
+        shared = {k: v for k, v in row.items() if k != "folded_messages"}
+        assert shared == {k: by_id[row["id"]][k] for k in shared}
+        assert by_id[row["id"]]["status"] == "archived"
+    assert sum(r["messages"] + r["folded_messages"] for r in listed) == document["messages"]
+    assert sum(r["folded_messages"] for r in listed) > 0  # the compacted ones folded some
+    assert sum(r["has_summary"] for r in listed) == document["summaries"]
+
+
+def test_a_dry_run_listing_is_cut_at_the_limit_but_counts_everything(tmp_path, run_cli):
+    path = old_and_new(tmp_path)
+    for fmt in (["--json"], ["--nl"]):
+        result = run_cli(
+            "prune", path, "--archived-before", "2026-11-01", "--dry-run", "-n", "3", *fmt
+        )
+        assert result.exit_code == 0, result
+        assert len(listed_ids(result.stdout, fmt)) == 3
+        assert "showing the first 3 threads; -n 0 shows all" in result.stderr
+        assert "would prune 11 archived threads" in result.stderr
+
+
+@pytest.mark.parametrize("fmt", [["--csv"], ["--tsv"], ["--nl"], ["--table"], ["--fmt", "grid"]])
+def test_a_prune_takes_no_listing_format_but_json_and_deletes_nothing_then(tmp_path, run_cli, fmt):
+    path = old_and_new(tmp_path)
+    digest = file_digest(path)
+    result = run_cli("prune", path, "--archived-before", "2026-11-01", *fmt)
+    assert_clean_error(result, 2, fmt[0], "--dry-run")
+    assert file_digest(path) == digest
+
+
+def test_a_prunes_json_is_the_counts_object_it_always_was(tmp_path, run_cli):
+    path = old_and_new(tmp_path)
+    result = run_cli("prune", path, "--archived-before", "2026-11-01", "--json")
+    assert result.exit_code == 0, result
+    document = json.loads(result.stdout)
+    assert set(document) == PRUNE_COUNTS
+    assert result.stdout.startswith('{\n  "archived_before": ')  # indented, as before
 
 
 def test_a_prune_with_nothing_to_prune_writes_nothing(tmp_path, run_cli):

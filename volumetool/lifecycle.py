@@ -162,6 +162,38 @@ def check_before(before: str, now: str | None = None) -> str:
     return before
 
 
+# What `prune --dry-run` lists of each thread: `sessions`' columns, with the same meaning
+# (`messages` the live ones), and `folded_messages`, those compactions folded: both go.
+PRUNE_FIELDS = (
+    "id",
+    "conversation_key",
+    "channel",
+    "turns",
+    "messages",
+    "folded_messages",
+    "has_summary",
+    "compactions",
+    "created_at",
+    "updated_at",
+)
+
+
+def prune_listing(
+    conn: sqlite3.Connection, before: str, limit: int | None = None
+) -> Iterator[dict]:
+    """The threads `prune --archived-before` would delete (those `plan_prune` counts), most
+    recently updated first, at most `limit` (and one more: `listing_limit`), each with
+    PRUNE_FIELDS. Call in a snapshot."""
+    from volumetool.listings import sessions
+
+    for row in sessions(conn, status="archived", updated_before=before, limit=limit):
+        (row["folded_messages"],) = conn.execute(
+            "SELECT count(*) FROM messages WHERE session_id = ? AND folded_by IS NOT NULL",
+            (row["id"],),
+        ).fetchone()
+        yield {field: row[field] for field in PRUNE_FIELDS}
+
+
 def plan_prune(conn: sqlite3.Connection, before: str) -> Deletion:
     """What `prune --archived-before` would delete: archived threads last updated before
     `before`. Call in a snapshot."""

@@ -181,9 +181,11 @@ def sessions(
     since: str | None = None,
     limit: int | None = None,
     ids: Sequence[int] | None = None,
+    updated_before: str | None = None,
 ) -> Iterator[dict]:
     """Threads, most recently updated first, with their live size and compaction count, and
-    whether compaction holds off after `thread undo`; `ids` lists only those threads."""
+    whether compaction holds off after `thread undo`; `ids` lists only those threads,
+    `updated_before` only those last updated before then (what prune deletes)."""
     from volumetool.compaction.store import held_sql
 
     where = Filters.of(
@@ -191,6 +193,7 @@ def sessions(
         ("s.conversation_key GLOB ?", key_glob),
         ("s.channel = ?", channel),
         ("s.updated_at >= ?", since),
+        ("s.updated_at < ?", updated_before),
     )
     if ids is not None:
         where = where.add(f"s.id IN ({', '.join('?' * len(ids))})", *ids)

@@ -15,6 +15,8 @@ from volumetool.cli.options import (
     ask,
     busy_timeout_option,
     emit,
+    format_given,
+    note_cut,
     output_options,
     parse_since,
     say,
@@ -23,7 +25,7 @@ from volumetool.cli.options import (
     volume_argument,
     wait_option,
 )
-from volumetool.render import plural
+from volumetool.render import Listing, plural, render_document
 
 
 @click.command(cls=Command, short_help="Full-text search of messages, summaries and memories.")
@@ -148,35 +150,56 @@ def _deletion_line(verb: str, threads: tuple[str, str], done, memories: str = ""
     metavar="WHEN",
     help="Archived threads last updated before this: an ISO date/time or a duration ago (90d).",
 )
-@click.option("--dry-run", is_flag=True, help="Count what would go; change nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="List the threads that would go (in any listing format) and count what would go "
+    "with them; change nothing.",
+)
 @click.option("--vacuum", is_flag=True, help="Then rewrite the file to give the space back.")
-@click.option("--json", "as_json", is_flag=True, help="What went (or would go) as JSON.")
+@output_options(
+    help_for={
+        "json": "What went (or would go) as one JSON object of counts; with --dry-run, the "
+        "threads too, as its array `thread_list`."
+    }
+)
 @wait_option
 @busy_timeout_option
-def prune(volume, before, dry_run, vacuum, as_json, wait, busy_timeout) -> None:
+def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_timeout) -> None:
     """Delete the archived threads last updated before WHEN, with their messages and
     summaries: a retention policy from cron. Active threads are never touched. Their runs
     and audit events stay, detached from the thread, so token totals do not change; one
     audit `thread` event (action `prune`) records the counts. One transaction, beside the
     running agent; --vacuum then rewrites the file so it shrinks (the agent waits for that).
 
+    --dry-run writes nothing: it lists the threads that would go, most recently updated
+    first, with the columns `sessions` has (messages: the live ones; folded_messages, those
+    compactions folded, go too), as a table or with --csv, --tsv, --nl, --fmt and -n, as
+    every listing. --json prints one object, the counts (as a prune's --json does, with
+    dry_run true) and the listed threads as its array `thread_list`. What went or would go
+    is counted on stderr.
+
     \b
     Example:
       volumetool prune ./vol --archived-before 90d --dry-run
-      volumetool prune ./vol --archived-before 2026-09-01 --vacuum
+      volumetool prune ./vol --archived-before 90d --dry-run --tsv -n 0 | cut -f 2
+      volumetool prune ./vol --archived-before 2026-09-01 --vacuum --json
     """
     import os
 
     from volumetool.lifecycle import check_before, plan_prune, prune_volume
     from volumetool.volume import Volume, open_for_write
 
+    _check_prune_format(output, tablefmt, dry_run)
     before = check_before(parse_since(before, "--archived-before"))
+    document: dict = {"archived_before": before, "dry_run": dry_run}
     if dry_run:
         with (
             Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol,
             vol.snapshot() as conn,
         ):
             done = plan_prune(conn, before)
+            _list_prune(conn, before, document | done.thread_counts(), output, tablefmt, limit)
         extra = ""
     else:
         with open_for_write(volume, busy_timeout=busy_timeout, lock=True, wait=wait) as vol:
@@ -184,14 +207,36 @@ def prune(volume, before, dry_run, vacuum, as_json, wait, busy_timeout) -> None:
             done = prune_volume(vol, before, vacuum)
             shrunk = os.path.getsize(vol.path)
         extra = f"; the file went from {size:,} to {shrunk:,} bytes" if vacuum else ""
-    if as_json:
-        click.echo(
-            json.dumps(
-                {"archived_before": before, "dry_run": dry_run, **done.thread_counts()}, indent=2
-            )
-        )
+        if output == "json":
+            render_document(document | done.thread_counts(), sys.stdout)
     verb = "would prune" if dry_run else "pruned"
     say(_deletion_line(verb, ("archived thread", f"last updated before {before}"), done) + extra)
+
+
+def _check_prune_format(output: str, tablefmt: str | None, dry_run: bool) -> None:
+    """--dry-run lists in every format (a table when none is named); a prune writes its
+    counts with --json and takes no other format (exit 2)."""
+    if not dry_run and output != "json" and (tablefmt or format_given()):
+        flag = "--fmt" if tablefmt else f"--{output}"
+        raise click.UsageError(
+            f"{flag} lists the threads a --dry-run would prune; a prune prints what went with"
+            " --json"
+        )
+
+
+def _list_prune(conn, before: str, counts: dict, output, tablefmt, limit) -> None:
+    """The threads a prune would delete: a listing in every format; --json, one object, the
+    counts with the threads as `thread_list` (cut at `limit` as any listing)."""
+    from volumetool.lifecycle import PRUNE_FIELDS, prune_listing
+
+    threads = prune_listing(conn, before, limit)
+    if output != "json":
+        emit(threads, PRUNE_FIELDS, output, tablefmt, limit, "threads")
+        return
+    listing = Listing(threads, PRUNE_FIELDS, limit)
+    render_document(counts | {"thread_list": list(listing.shown())}, sys.stdout)
+    if listing.truncated and limit is not None:
+        note_cut(limit, "threads")
 
 
 @click.command(cls=Command, short_help="Erase every thread under a key: the right to be forgotten.")

@@ -371,10 +371,15 @@ FORMAT_FLAGS = {
 }
 
 
-def output_options(f: Callable) -> Callable:
+def output_options(f: Callable | None = None, *, help_for: dict[str, str] | None = None):
     """--table/--json/--nl/--csv/--tsv/--fmt and -n/--limit, for every listing. The command
     gets `output`, the format flag given (table when none is); two of them, or --fmt with any
-    but --table, are a usage error. `format_given()` tells whether a flag was given."""
+    but --table, are a usage error. `format_given()` tells whether a flag was given.
+    `help_for` replaces a flag's help where the command writes it otherwise (prune's --json:
+    one object). Used bare (`@output_options`) or called (`@output_options(help_for=...)`)."""
+    if f is None:
+        return functools.partial(output_options, help_for=help_for)
+    texts = FORMAT_FLAGS | (help_for or {})
 
     @functools.wraps(f)
     def command(*args, **kwargs):
@@ -389,7 +394,7 @@ def output_options(f: Callable) -> Callable:
 
     flags = [
         click.option(f"--{name}", f"format_{name}", is_flag=True, help=text)
-        for name, text in FORMAT_FLAGS.items()
+        for name, text in texts.items()
     ]
     for decorator in reversed(
         [
