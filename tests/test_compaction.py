@@ -439,6 +439,23 @@ def test_a_call_the_busy_volume_could_not_take_is_recorded_by_the_next_pass(
     assert len(compaction_runs(volume["path"])) == 1
 
 
+def test_compact_help_says_when_a_pass_exits_1_or_4_and_that_a_busy_call_is_recorded(run_cli):
+    """cron and CI read the exit code: --help says what 1 and 4 mean for a pass, and that a
+    call whose answer the busy volume could not take is still paid for in `runs`, where it is
+    kept until then (the file the code writes) and in which order codes win (the code's)."""
+    from volumetool.compaction.unrecorded import SUFFIX
+    from volumetool.errors import EXIT_PRECEDENCE
+
+    text = " ".join(run_cli("compact", "--help").stdout.split())
+    assert "Exit 1 when a thread failed" in text and "behind an unusable endpoint" in text
+    assert "Exit 4 (busy: retry later) when the agent held a volume's write lock past" in text
+    assert "--busy-timeout" in text and "no model call was made" in text
+    assert "its call's cost is still recorded in `runs` as a failed run" in text
+    assert "else the next pass records it first" in text and f"agent.db{SUFFIX}" in text
+    *first, last = EXIT_PRECEDENCE
+    assert f"{', '.join(map(str, first))}, then {last}." in text
+
+
 def test_a_call_the_busy_volume_could_not_take_is_recorded_when_the_pass_can_write(
     run_cli, volume, server
 ):

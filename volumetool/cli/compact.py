@@ -212,6 +212,21 @@ def compact(
     beside it ($VOLUMETOOL_TIMEOUT, ...): a flag beats the variable, the variable beats the
     config, the config beats the default. --key, --force, --dry-run, --json and --nl do not.
 
+    Exit 1 when a thread failed (a model error, or a summary refused: a content filter or
+    refusal, cut off, empty, not shorter, too few of the facts kept, facts invented) or
+    conflicted, when a due thread was left backing off after failures or behind an unusable
+    endpoint (a --dry-run only predicts that: exit 0), or when --key names no active thread.
+    Exit 4 (busy: retry later) when the agent held a volume's write lock past --busy-timeout,
+    or another volumetool its volume lock past --wait: either before the pass spent anything
+    on that volume (then no model call was made), or when a summary was to be committed. Such
+    a summary is not committed, but its call's cost is still recorded in `runs` as a failed
+    run ("not committed: ...", with its tokens): at once if the lock comes within one more
+    --busy-timeout, else at the end of the pass, else the next pass records it first, before
+    it spends anything (meanwhile it waits in agent.db.volumetool-unrecorded beside the file,
+    and the result row, `skipped`, carries its tokens). 2 (usage, config, an unusable volume)
+    and 3 (needs migrate) as everywhere; 130 and 143 when interrupted. The most serious
+    outcome is the exit code: 143, 130, 2, 3, 1, then 4.
+
     \b
     Example:
       volumetool compact ./vol --config agent.yaml --dry-run
