@@ -119,7 +119,7 @@ def rules() -> str:
 
 
 def listing_fields() -> str:
-    from volumetool import fleet, listings, memories, upgrade
+    from volumetool import fleet, lifecycle, listings, memories, upgrade
     from volumetool.compaction.run import OUTCOME_FIELDS
     from volumetool.search.find import SEARCH_FIELDS
 
@@ -130,6 +130,7 @@ def listing_fields() -> str:
         ("audit", listings.AUDIT_FIELDS),
         ("memories list", memories.MEMORY_FIELDS),
         ("search", SEARCH_FIELDS),
+        ("prune --dry-run", lifecycle.PRUNE_FIELDS),
         ("status (many volumes)", fleet.ROW_FIELDS),
         ("compact", OUTCOME_FIELDS),
         ("migrate --list", upgrade.MIGRATION_FIELDS),
@@ -158,7 +159,7 @@ OBJECTS = [
     ("status VOLUME --json", ["status", "{vol}", "--json"], json.loads),
     ("check VOLUME --json", ["check", "{broken}", "--json"], json.loads),
     (
-        "prune VOLUME --archived-before WHEN --json",
+        "prune VOLUME --archived-before WHEN --dry-run --json",
         ["prune", "{vol}", "--archived-before", "2026-11-30", "--dry-run", "--json"],
         json.loads,
     ),
