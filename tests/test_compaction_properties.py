@@ -1,18 +1,20 @@
 """Compaction over random threads, against the real test server and real files, checked by an
-oracle written from SPEC section 6's words — not by calling the planner.
+oracle written from SPEC sections 6, 10 and 13's words — not by calling the planner.
 
 The generator builds threads that are due most of the time (the interesting path), with tool
-calls in the prefix, results arriving turns late, system messages mid-thread, a previous
-summary, both APIs, every failure kind, the agent appending (tool results too), /new, /reset
-or its own summary during the call, and chains of compactions. `hypothesis.event` counts how
-often each path is reached: run with `--hypothesis-show-statistics`.
+calls in the prefix, results arriving turns late or never, reused call ids, system messages
+mid-thread, a previous summary, both APIs, every failure kind, the agent appending (tool
+results too), /new, /reset or its own summary during the call, and chains of compactions with
+`thread undo` between them: the hold after an undo, and back-off after failures (those before
+an undone compaction do not count). `hypothesis.event` counts how often each path is reached:
+run with `--hypothesis-show-statistics`.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -23,8 +25,9 @@ from tests.conftest import examples
 from tests.support.model_server import ACCEPTED, CONTROL_SUMMARY, ModelServer
 from tests.support.oracle import expected_fold, pair_calls, replaced_tokens, tokens, turns_of
 from tests.support.strategies import ID_SCHEMES
-from tests.support.volumes import VolumeWriter, table_dump
+from tests.support.volumes import VolumeWriter, table_dump, undo_in
 from volumetool.compaction.run import Request, compact
+from volumetool.errors import ProblemsFound
 from volumetool.model_client import RetryPolicy
 from volumetool.providers import PROVIDERS
 from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
@@ -54,6 +57,12 @@ FAILURES = (
 )
 
 
+# When a call's result arrives: at once, or 1 to 3 turns later (the user writing meanwhile).
+# A call that waits for good keeps its turn and every later one live, so only a chain's first
+# transcript may be lossy (threads()): more would leave little that could ever fold.
+LATE = (0,) * 10 + (1, 2, 3)
+
+
 @dataclass(frozen=True)
 class Spec:
     role: str
@@ -63,57 +72,74 @@ class Spec:
 
 
 @st.composite
-def threads(draw, turns: st.SearchStrategy[int] | None = None) -> list[Spec]:
-    """A live transcript: a prefix (system messages, sometimes a tool call whose result comes
-    turns later), then turns with tool calls, late results and system messages. Contents are
-    unique, so the oracle can find each message in a request body."""
+def threads(draw, turns: st.SearchStrategy[int] | None = None, first: bool = True) -> list[Spec]:
+    """A live transcript (`first`) or the turns the agent adds to one: a prefix (system
+    messages, sometimes a tool call whose result comes turns later or never), then turns with
+    tool calls, results that arrive at once or turns later, and system messages. Ids are
+    reused as real servers reuse them; each result comes before its id is used again, except
+    in one `lossy` transcript in four, where one result never comes and a late one may come
+    after a newer call of its id — and answers that one (SPEC 6), leaving the older call
+    waiting for good. Contents are unique, so the oracle can find each message in a request
+    body."""
     counter = iter(range(10**6))
 
     def text(label: str) -> str:
         filler = draw(st.sampled_from([" " + "lorem " * 12, " — see deploy/values.yaml", ""]))
         return f"[{label} #{next(counter)}]{filler}"
 
-    def call(ids: list[str]) -> Spec:
-        calls = [
-            {"id": i, "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
-            for i in ids
-        ]
-        return Spec("assistant", "", calls)
-
-    messages: list[Spec] = [Spec("system", text("sys")) for _ in range(draw(st.integers(0, 2)))]
+    prefix = draw(st.integers(0, 2)) if first else 0
+    messages: list[Spec] = [Spec("system", text("sys")) for _ in range(prefix)]
     pending: list[tuple[str, int]] = []  # (call id, turns until its result arrives)
     n_calls = iter(range(10**6))
     scheme = draw(st.sampled_from(ID_SCHEMES))  # ids are reused, as real servers do
+    lossy = first and draw(st.integers(0, 3)) == 3
 
-    def ids(n: int) -> list[str]:
-        if scheme == "unique":
-            return [f"c{next(n_calls)}" for _ in range(n)]
-        return [f"call_{i}" if scheme == "per_answer" else "call" for i in range(n)]
+    def deliver(arrived: list[tuple[str, int]]) -> None:
+        nonlocal pending
+        messages.extend(Spec("tool", text("late"), None, c) for c, _ in arrived)
+        pending = [p for p in pending if p not in arrived]
 
-    if draw(st.sampled_from([False, False, False, True])):
-        [call_id] = ids(1)
-        messages.append(call([call_id]))
-        pending.append((call_id, draw(st.sampled_from([3, 5, 0, 1]))))
-        event("a tool call in the prefix")
+    def call(n: int, unique: bool = False) -> list[str]:
+        if scheme == "unique" or unique:
+            made = [f"c{next(n_calls)}" for _ in range(n)]
+        else:
+            made = [f"call_{i}" if scheme == "per_answer" else "call_0" for i in range(n)]
+        if not lossy:
+            deliver([p for p in pending if p[0] in made])
+        body = [
+            {"id": i, "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+            for i in made
+        ]
+        messages.append(Spec("assistant", "", body))
+        return made
+
+    def wait(call_id: str, delay: int | None) -> None:
+        if delay is not None and delay > 1:
+            event("a result more than one turn late")
+        if delay == 0:
+            messages.append(Spec("tool", text("result"), None, call_id))
+        elif delay is not None:
+            pending.append((call_id, delay))
+
+    if first and draw(st.sampled_from([False, False, False, True])):
+        # its own id, unless lossy: a newer call of its id would take its result (SPEC 6)
+        [call_id] = call(1, unique=not lossy)
+        wait(call_id, draw(st.sampled_from([None, None, 5, 3, 1])))
     for _ in range(draw(turns if turns is not None else st.sampled_from([5, 4, 3, 6, 8]))):
         messages.append(Spec("user", text("user")))
-        arrived = [(c, w) for c, w in pending if w <= 0]
-        pending = [(c, w - 1) for c, w in pending if w > 0]
-        for call_id, _ in arrived:
-            messages.append(Spec("tool", text("late"), None, call_id))
+        pending = [(c, w - 1) for c, w in pending]
+        deliver([p for p in pending if p[1] == 0])
         if draw(st.integers(0, 5)) == 0:
             messages.append(Spec("system", text("mid-system")))
         for _ in range(draw(st.integers(0, 2))):
-            made = ids(draw(st.integers(1, 2)))
-            messages.append(call(made))
-            for call_id in made:
-                delay = draw(st.sampled_from([0, 0, 0, 0, 0, 0, 1, 3]))
-                if delay:
-                    pending.append((call_id, delay - 1))
-                else:
-                    messages.append(Spec("tool", text("result"), None, call_id))
+            for call_id in call(draw(st.integers(1, 2))):
+                wait(call_id, draw(st.sampled_from(LATE)))
         if draw(st.booleans()):
             messages.append(Spec("assistant", text("answer")))
+    deliver(pending)  # the results still to come arrive before the agent's next run
+    results = [n for n, m in enumerate(messages) if m.role == "tool"]
+    if lossy and results:  # a result that never comes: its call waits for good
+        del messages[draw(st.sampled_from(results[::-1]))]
     return messages
 
 
@@ -133,7 +159,7 @@ def key():
         yield
 
 
-def request(server, api: str) -> Request:
+def request(server, api: str, key: str | None = None, force: bool = False) -> Request:
     return Request(
         config=AgentConfig(
             MemorySettings("thread", True, THRESHOLD),
@@ -145,6 +171,8 @@ def request(server, api: str) -> Request:
         min_fold_tokens=0,
         min_retention=0.0,  # the summaries are placeholders: no quality gate
         timeout=5.0,
+        key=key,
+        force=force,
     )
 
 
@@ -192,31 +220,139 @@ def live_of(path: Path, session: int) -> list[tuple]:
     return [r for r in table_dump(path)["messages"] if r[1] == session and r[7] is None]
 
 
+# The next step of a chain, weighted by how the last one ended, so that chains of compactions
+# with undos between them are common, as are passes after an undo (held: cron skips it,
+# --key releases it) and after a failure (backing off, unless --force): ("undo",) or
+# ("pass", how it is started, whether the agent wrote new turns and a run first).
+UNDO = ("undo",)
+STEPS = {
+    "compacted": [
+        UNDO,
+        ("pass", "cron", True),
+        UNDO,
+        ("pass", "key", True),
+        ("pass", "cron", False),
+    ],
+    # by --force over a back-off: undone, the failures before it no longer count
+    "forced": [UNDO, UNDO, ("pass", "cron", True), UNDO],
+    "undone": [("pass", "key", False), UNDO, ("pass", "key", True), ("pass", "cron", False)],
+    "failed": [
+        ("pass", "force", False),
+        UNDO,
+        ("pass", "force", True),
+        ("pass", "cron", True),
+        ("pass", "key", False),
+    ],
+    "other": [("pass", "cron", True), ("pass", "key", True), UNDO, ("pass", "force", True)],
+}
+
+
+def next_step(data, last: str, standing: bool) -> tuple:
+    """The step after one that ended `last`; with no compaction standing, an undo (refused)
+    only one time in five."""
+    steps = STEPS[last]
+    if not standing and data.draw(st.integers(0, 4)) < 4:
+        steps = [step for step in steps if step != UNDO]
+    return data.draw(st.sampled_from(steps))
+
+
+@dataclass
+class History:
+    """What the oracle knows of the thread's compactions: those that stand, oldest first, each
+    with the summary it replaced; the run ids undone; and the steps so far ("C" a compaction,
+    "U" an undo)."""
+
+    standing: list[tuple[int, str | None]] = field(default_factory=list)
+    undone: list[int] = field(default_factory=list)
+    steps: str = ""
+
+    @property
+    def held(self) -> bool:
+        """SPEC 13: after `thread undo` the thread is held until a compaction stands that is
+        newer than the last one undone."""
+        return max(self.undone, default=0) > max((r for r, _ in self.standing), default=0)
+
+
 @pytest.mark.parametrize("api", list(PROVIDERS))
-@pytest.mark.parametrize("kind", ["none", "append", "append_result", "new", "reset", "summary"])
-@settings(max_examples=examples(15))
+@settings(max_examples=examples(45))
 @given(
+    kind=st.sampled_from(["none", "append", "append_result", "new", "reset", "summary"]),
     specs=threads(),
-    more=st.lists(threads(st.sampled_from([1, 2, 3])), max_size=2),
     figure=st.sampled_from([THRESHOLD + 10, 10**6, THRESHOLD, 90_000]),
     summary=st.sampled_from(["An earlier summary: PR #17 merged.", None]),
-    faults=st.lists(st.sampled_from([None, *FAILURES]), min_size=3, max_size=3),
+    length=st.integers(3, 7),
+    interfere_at=st.sampled_from([1, 0, 2]),
+    data=st.data(),
 )
-def test_compaction_obeys_the_spec(server, api, kind, specs, more, figure, summary, faults):
+def test_compaction_obeys_the_spec(
+    server, api, kind, specs, figure, summary, length, interfere_at, data
+):
+    """A chain of three to seven steps on one thread — cron passes, passes by --key and by --force,
+    new turns between them, `thread undo` — each checked against the oracle; the agent does
+    `kind` during the model call of the pass that makes call number `interfere_at`. A
+    conflict ends the chain, and so does a /new, /reset or summary of the agent's own."""
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "agent.db"
         w = VolumeWriter(path)
         session = w.thread("k", summary=summary)
         w.close()
         write(path, session, specs, figure, "p0")
-        chain = [specs, *more]
-        event(f"chain of {len(chain)} pass(es)")
-        for n, fault in enumerate(faults[: len(chain)]):
-            if n:
-                write(path, session, chain[n], THRESHOLD + n, f"p{n}")  # new turns, a new run
-            if not one_pass(server, path, session, api, fault, kind if n == 0 else "none", n):
-                break
-            event(f"compacted on pass {n + 1}")
+        history = History()
+        last, calls = "other", 0
+        for n in range(length):
+            step = next_step(data, last, bool(history.standing)) if n else ("pass", "cron", False)
+            if step == UNDO:
+                last = undo_step(path, session, history)
+                continue
+            _, mode, more = step
+            if more:  # the agent's new turns, and a run that reported a figure
+                turns = data.draw(threads(st.sampled_from([2, 3, 1]), first=False))
+                due = data.draw(st.integers(0, 3)) < 3  # due again three times in four
+                below = st.sampled_from([THRESHOLD - 1, None])
+                reported = THRESHOLD + n if due else data.draw(below)
+                write(path, session, turns, reported, f"p{n}")
+            # a good answer three times in four: chains of compactions are the point
+            failure = data.draw(st.integers(0, 3)) == 3
+            fault = data.draw(st.sampled_from(FAILURES)) if failure else None
+            during = kind if calls == interfere_at else "none"
+            last, called = one_pass(server, path, session, api, fault, during, n, mode, history)
+            calls += called
+            if last == "conflict" or (called and during in ("new", "reset", "summary")):
+                break  # the thread the oracle knows is gone, reset or summarized by the agent
+        chain = history.steps.count("C")
+        event(f"chain of {chain} compaction(s)" if chain < 4 else "chain of 4+ compactions")
+        event(f"{history.steps.count('U')} undo(s)")
+        if "CUC" in history.steps:
+            event("a compaction, its undo, and another compaction")
+
+
+def undo_step(path: Path, session: int, history: History) -> str:
+    """`thread undo k`, checked: the latest standing compaction is reversed — the messages it
+    folded are live again, the summary it replaced is back, its run stays — and nothing else
+    changes (SPEC 10); with none standing it is refused and nothing changes."""
+    before = table_dump(path)
+    if not history.standing:
+        event("undo with nothing to undo")
+        with pytest.raises(ProblemsFound, match="no compaction to undo"):
+            undo_in(path, "k")
+        assert table_dump(path) == before
+        return "other"
+    run_id, replaced = history.standing.pop()
+    event("undo after a chain" if history.standing else "undo of the only compaction")
+    plan = undo_in(path, "k")
+    after = table_dump(path)
+    assert (plan.session_id, plan.run_id, plan.restored_summary) == (session, run_id, replaced)
+    assert after["messages"] == [
+        (*m[:7], None) if m[7] == run_id else m for m in before["messages"]
+    ]
+    assert plan.messages == sum(m[7] == run_id for m in before["messages"]) > 0
+    assert [r[4] for r in after["sessions"] if r[0] == session] == [replaced]
+    assert after["runs"] == before["runs"]  # its cost was real
+    [audit] = after["audit"][len(before["audit"]) :]
+    assert json.loads(audit[3])["action"] == "undo" and audit[5] == run_id
+    history.undone.append(run_id)
+    history.steps += "U"
+    return "undone"
 
 
 @settings(max_examples=examples(40))
@@ -268,21 +404,34 @@ def test_no_op_below_threshold_under_three_turns_disabled_or_without_a_figure(
         assert server.requests == [] and table_dump(path) == before
 
 
-def one_pass(server, path, session, api, fault, kind, n) -> bool:
-    """One compaction pass, checked; False when the chain cannot go on."""
+def one_pass(server, path, session, api, fault, kind, n, mode, history) -> tuple[str, bool]:
+    """One compaction pass started by `mode`, checked: how it ended ("compacted", "failed",
+    "conflict" or "other") and whether it called the model."""
     before = table_dump(path)
     thread = next(r for r in before["sessions"] if r[0] == session)
     live = live_of(path, session)
-    _, turns = turns_of(live)
+    prefix, turns = turns_of(live)
     runs = [r for r in before["runs"] if r[1] == session]
-    last_compaction = max((r[0] for r in runs if r[2] == "compaction" and r[4] == "ok"), default=0)
-    agent = [r for r in runs if r[2] != "compaction" and r[4] == "ok" and r[0] > last_compaction]
+    compactions = [r for r in runs if r[2] == "compaction"]
+    succeeded = [r[0] for r in compactions if r[4] == "ok"]
+    assert sorted(succeeded) == sorted([r for r, _ in history.standing] + history.undone)
+    # SPEC 6: the figure is the latest agent run's since the latest compaction that stands (an
+    # undone one does not); back-off counts the failures since the last compaction that
+    # succeeded, undone or not; SPEC 13: after an undo a cron pass skips the thread.
+    standing = max((r for r, _ in history.standing), default=0)
+    agent = [r for r in runs if r[2] != "compaction" and r[4] == "ok" and r[0] > standing]
     figure = agent[-1][7] if agent else None
-    failed_since = [r for r in runs if r[2] == "compaction" and r[0] > last_compaction]
-    due = figure is not None and figure >= THRESHOLD and len(turns) >= 3 and not failed_since
-    fold = expected_fold(live) if due else []
+    due = figure is not None and figure >= THRESHOLD and len(turns) >= 3
+    failed_since = [r for r in compactions if r[4] == "error" and r[0] > max(succeeded, default=0)]
+    held = history.held and mode == "cron"
+    backing_off = bool(failed_since) and mode != "force"
+    fold = expected_fold(live)
     _, waiting = pair_calls(live)
     event(f"a call without its result yet when planned: {bool(waiting)}")
+    if {m[0] for turn in turns[: len(turns) - 2] for m in turn} & set(waiting):
+        event("a call waiting in a foldable turn")
+    if any(m[4] for m in prefix):
+        event("a tool call in the kept prefix")
     # SPEC 6: however many turns later its result arrives, it is on the call's side: live.
     assert not set(waiting) & {m[0] for m in fold}
     answer = f"S{n}: the summary of pass {n}, PR #204."
@@ -290,16 +439,32 @@ def one_pass(server, path, session, api, fault, kind, n) -> bool:
     server.fault = fault
     server.on_request = lambda body: interfere(path, session, kind, live)
     server.requests.clear()
-    outcomes, code = compact([str(path)], request(server, api))
+    key = None if mode == "cron" else "k"
+    outcomes, code = compact([str(path)], request(server, api, key, mode == "force"))
     server.on_request = None
     after = table_dump(path)
-    if not due or not fold:
-        event("not due" if not due else "due, but nothing may fold")
+    if not (due or mode == "force") or held or backing_off or not fold:
         assert server.requests == [] and after == before
-        assert [o.status for o in outcomes] == ([] if not due else ["skipped"])
-        return False
+        if not due and mode != "force":
+            event(f"not due ({mode})")
+            if mode == "cron":
+                assert (outcomes, code) == ([], 0)
+            else:
+                [outcome] = outcomes
+                assert (outcome.status, code) == ("skipped", 0) and "not due: " in outcome.error
+            return "other", False
+        [outcome] = outcomes
+        assert outcome.status == "skipped"
+        reason = "held_after_undo" if held else "backing_off" if backing_off else None
+        event(f"skipped: {reason or 'nothing may fold'} ({mode})")
+        assert (outcome.reason, code) == (reason, int(reason == "backing_off")), outcome
+        return ("failed" if backing_off else "other"), False
+    if mode != "force" and any(
+        r[4] == "error" and r[0] < max(history.undone, default=0) for r in compactions
+    ):
+        event("failures before an undone compaction did not count")
     [outcome] = outcomes
-    event(f"outcome {outcome.status}")
+    event(f"outcome {outcome.status} ({mode}{', held' if history.held else ''})")
     event(f"agent during the call: {kind}")
     [sent] = server.requests
     asked = server.conversation(sent["body"])
@@ -319,8 +484,13 @@ def one_pass(server, path, session, api, fault, kind, n) -> bool:
     good = good and tokens(text) < replaced_tokens(thread[4], fold)
     conflict = kind in ("new", "reset", "summary")
     if good and not conflict:
+        assert code == 0
         check_compacted(before, after, session, fold, run, outcome, api, fault, answer)
-        return True
+        if history.held:
+            event("a compaction by --key releases the hold")
+        history.standing.append((run[0], thread[4]))
+        history.steps += "C"
+        return ("forced" if failed_since else "compacted"), True
     assert code == 1 and run[4] == "error", outcome
     event("a failure" if not good else f"a conflict ({kind})")
     assert outcome.status == ("failed" if not good else "conflict"), (outcome.error, fault)
@@ -333,7 +503,7 @@ def one_pass(server, path, session, api, fault, kind, n) -> bool:
         assert [r[4] for r in after["sessions"]] == [r[4] for r in before["sessions"]]
     [audit] = after["audit"][len(before["audit"]) :]
     assert json.loads(audit[3])["action"] == outcome.status and audit[5] == run[0]
-    return False
+    return ("failed" if not good else "conflict"), True
 
 
 def fold_ids(dump: dict) -> set[int]:

@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tests.support.model_server import ModelServer
-from tests.support.volumes import VolumeWriter, due_thread, table_dump
+from tests.support.volumes import VolumeWriter, due_thread, table_dump, undo_in
 from volumetool.compaction.run import Request, compact
 from volumetool.compaction.store import thread_due
-from volumetool.compaction.undo import undo
 from volumetool.errors import ProblemsFound
 from volumetool.model_client import RetryPolicy
 from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
@@ -57,21 +56,6 @@ def state(path: Path, session: int) -> tuple:
         summary = conn.execute("SELECT summary FROM sessions WHERE id = ?", (session,)).fetchone()
         due = thread_due(conn, session, ON)
         return messages, summary, due
-    finally:
-        conn.close()
-
-
-def undo_in(path: Path, key: str):
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            plan = undo(conn, key)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return plan
     finally:
         conn.close()
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from volumetool.atomic import create_volume
+from volumetool.compaction.undo import undo
 from volumetool.timefmt import iso
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -179,6 +180,22 @@ def due_thread(
         )
     w.run(s, input_tokens=tokens, output_tokens=300, last_input_tokens=tokens)
     return s
+
+
+def undo_in(path: Path, key: str):
+    """`thread undo KEY --yes` as the command runs it: one BEGIN IMMEDIATE transaction."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            plan = undo(conn, key)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return plan
+    finally:
+        conn.close()
 
 
 def table_dump(
