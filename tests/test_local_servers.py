@@ -4,6 +4,7 @@ no key, and a CPU model answers slowly — both against the real test server on 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -154,10 +155,11 @@ def test_a_model_that_repeats_itself_is_stopped_early(run_cli, tmp_path, server,
     # The server learns of the close at its next write after it, or sends every event when
     # the stream was never closed: wait for either, then say which.
     wait_for(lambda: stream["closed"] or stream["events"] == stream["of"])
-    assert stream["closed"] and stream["events"] < stream["of"] / 10, stream
-    # stopped within a few repetitions of the sentence
-    events_per_sentence = len(REPEATED_SENTENCE) / 24
-    assert stream["events"] < 8 * events_per_sentence
+    assert stream["closed"], stream
+    # Stopped within a few repetitions of the sentence, by what volumetool had read when it
+    # stopped: how much more the server sent before it saw the close depends on the load.
+    read = re.search(r"stopped after ([\d,]+) characters", row["error"])
+    assert read and int(read[1].replace(",", "")) < 8 * len(REPEATED_SENTENCE), row["error"]
 
 
 @pytest.mark.parametrize("api", list(PROVIDERS))
