@@ -51,7 +51,9 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_EXAMPLES=OFF",
 )
 HEADING = "## A real model (`make real-model`)"
-APIS = {"openai": "/v1", "anthropic": ""}  # base_url = server + this
+# base_url = server + this; openai-responses by --apis only (llama-server says "completed"
+# for an answer cut off at max_output_tokens, so its table would not compare)
+APIS = {"openai": "/v1", "anthropic": "", "openai-responses": "/v1"}
 # llama-server's Prometheus counters of the time it spent reading prompts and writing.
 MODEL_SECONDS = ("llamacpp:prompt_seconds_total", "llamacpp:tokens_predicted_seconds_total")
 
