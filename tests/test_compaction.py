@@ -904,7 +904,7 @@ def test_min_retention_outside_0_to_1_is_exit_2(run_cli, volume, server, value):
 
 def test_a_thread_named_but_not_due_is_a_skipped_row_that_says_why(run_cli, volume, server):
     """`--key` names a thread below its threshold: one `skipped` row with the thread, the
-    model it would use and the figures the rule read (README: the --json fields)."""
+    model it would use and the figures the rule read (docs/scheduling.md: the --json fields)."""
     result = compact(run_cli, volume, "--key", "discord:2", "--json")
     assert result.exit_code == 0, result
     [outcome] = json.loads(result.stdout)

@@ -47,7 +47,7 @@ def rows_of(live: list[Message]) -> list[tuple]:
 def test_not_shorter_counts_the_previous_summary_and_the_fold_and_equal_is_not_shorter():
     """SPEC 6: a summary not shorter than what it replaces is a failure; what it replaces is
     the previous summary and the folded messages (tool calls included), in estimated tokens
-    (README: a quarter of a token a character, half a token more for each byte past a
+    (docs/compaction.md: a quarter of a token a character, half a token more for each byte past a
     character's first)."""
     fold = [Message(1, "user", "x" * 300), Message(2, "assistant", "", tool_calls="c" * 100)]
     previous = "p" * 200  # 50 + 75 + 25 = 150 tokens
@@ -60,7 +60,7 @@ def test_not_shorter_counts_the_previous_summary_and_the_fold_and_equal_is_not_s
         else:
             raise AssertionError(f"accepted {summary[:5]}… ({len(summary)} characters)")
     # Fewer characters than the fold (100 against 400) but more tokens (125 against 100).
-    assert tokens("要" * 100) == 125  # the README's estimate, as the oracle reads it
+    assert tokens("要" * 100) == 125  # the docs' estimate, as the oracle reads it
 
 
 def test_a_refusal_or_an_odd_finish_reason_is_quoted_within_bounds():
@@ -605,7 +605,7 @@ def test_a_token_estimate_is_four_ascii_characters_and_at_least_one_per_cjk_char
     ],
 )
 def test_a_token_estimate_is_the_readmes_rule(text, tokens):
-    """README, compaction: a quarter of a token a character, rounded up, plus half a token for
+    """docs/compaction.md: a quarter of a token a character, rounded up, plus half a token for
     each UTF-8 byte past a character's first, rounded down."""
     assert estimate_text_tokens(text) == tokens
 

@@ -460,7 +460,7 @@ def github(document: str) -> str:
     return cmarkgfm.github_flavored_markdown_to_html(document, options=Options.CMARK_OPT_UNSAFE)
 
 
-# A bare e-mail address (or mailto:, xmpp:) GitHub links whatever is escaped; the README says so.
+# A bare e-mail address (or mailto:, xmpp:) GitHub links whatever is escaped; the docs say so.
 GITHUB_LINK = re.compile(r'<a href="(?!mailto:|xmpp:)|<img|<script', re.I)
 
 

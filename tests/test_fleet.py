@@ -372,7 +372,7 @@ def test_prometheus_label_values_are_escaped(tmp_path, run_cli):
 
 def test_prometheus_label_values_keep_the_agent_name_exact_off_a_terminal(tmp_path, run_cli):
     # SPEC 4: machine formats keep text exact. Written through click.echo, an escape sequence
-    # in a name was stripped off a pipe (the README's cron line), so the label changed.
+    # in a name was stripped off a pipe (the docs' cron line), so the label changed.
     name = "bot \x1b[31mred\x1b[0m \x1b]0;title\x07"
     create_volume(tmp_path / "agent.db", name)
     result = run_cli("status", tmp_path, "--prometheus")

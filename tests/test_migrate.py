@@ -502,7 +502,7 @@ def test_odd_legacy_elements_keep_everything(tmp_path, run_cli):
     assert rows[3][1] == '\u00e9\\"\n\u0000 end' and rows[3][4] == "2025-11-30T05:20:00.500Z"
 
 
-# What the README says becomes of an element's content: (content in the 0.x element, text).
+# What docs/migrating.md says becomes of an element's content: (content in the 0.x element, text).
 CONTENT_AS_TEXT = [
     ("a string", 'é \\"quoted\\" \n line', 'é \\"quoted\\" \n line'),
     ("an empty string", "", ""),

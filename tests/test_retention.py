@@ -766,9 +766,10 @@ JUNK_SUMMARIES = (
 
 
 def test_the_default_gate_is_calibrated_on_the_corpus_and_junk():
-    """The numbers in README ("Fact retention"): every good summary passes the default gate
-    (keeps >= 30% of a fold of 4 facts or more, invents no more than it keeps) and invents
-    nothing; every junk summary is refused; the lossy ones that kept nothing are refused."""
+    """The numbers in docs/compaction.md ("A summary that lost the conversation"): every good
+    summary passes the default gate (keeps >= 30% of a fold of 4 facts or more, invents no more
+    than it keeps) and invents nothing; every junk summary is refused; the lossy ones that kept
+    nothing are refused."""
     from volumetool.compaction.retention import refusal_reason
 
     cases = corpus()

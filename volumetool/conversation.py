@@ -391,7 +391,7 @@ _MD_BLOCK_START = re.compile(r"^(?:[#>+=-]|\d{1,9}(?=[.)]))")
 _MD_CLOSING = re.compile(r"(?:^|(?<= ))#+ *$")
 # What GitHub's Markdown links without brackets: a scheme's "://", and "www." at a word's start
 # (escaping "<" already rules out CommonMark's own autolinks). A bare e-mail address it links
-# whatever is escaped; the README says so.
+# whatever is escaped; docs/inspecting.md says so.
 _MD_AUTOLINK = re.compile(r":(?=//)|(?<=(?<![A-Za-z0-9])[wW]{3})\.")
 
 

@@ -65,8 +65,8 @@ def pair_calls(live: list[tuple]) -> tuple[list[tuple[int, int]], list[int]]:
 
 
 def tokens(text: str) -> int:
-    """The README's estimate: a quarter of a token a character, rounded up, plus half a token
-    for each UTF-8 byte past a character's first, rounded down."""
+    """The estimate docs/compaction.md gives: a quarter of a token a character, rounded up,
+    plus half a token for each UTF-8 byte past a character's first, rounded down."""
     extra = len(text.encode("utf-8", "surrogatepass")) - len(text)
     return -(-len(text) // 4) + extra // 2
 

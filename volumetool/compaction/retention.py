@@ -1194,7 +1194,7 @@ def refusal_reason(kept: Retention, min_retention: float | None) -> str | None:
     """Why a summary must not replace the history, or None. `min_retention` None is the
     default gate: below `DEFAULT_MIN_RETENTION` of a fold of at least `GATE_MIN_FACTS` facts;
     0 turns both checks off. A summary that invents more hard facts than it keeps is refused
-    whatever its share (README, "Fact retention")."""
+    whatever its share (docs/compaction.md, "A summary that lost the conversation")."""
     if min_retention == 0:
         return None
     default = min_retention is None

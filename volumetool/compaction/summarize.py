@@ -32,8 +32,8 @@ from volumetool.render import one_line
 from volumetool.usage import Usage
 
 MAX_HALVINGS = 6  # "prompt too long" answers before giving up: a 64th of the first budget
-# Real tokens for each one estimated, until the model's server has reported a figure (README,
-# "Long folds"): SmolLM2's tokenizer counted 1.44 (1,880 for 1,308 estimated).
+# Real tokens for each one estimated, until the model's server has reported a figure
+# (docs/compaction.md, "Long folds"): SmolLM2's tokenizer counted 1.44 (1,880 for 1,308 estimated).
 DEFAULT_TOKEN_SCALE = 1.5
 
 
