@@ -140,3 +140,16 @@ def test_the_docs_build_with_no_warning(tmp_path):
     assert "Compaction and providers" in index
     commands = (tmp_path / "html" / "reference" / "commands.html").read_text(encoding="utf-8")
     assert "volumetool compact" in commands and "Docs: " in commands
+
+
+def test_the_readme_is_what_a_person_reads_first():
+    """Under 200 lines: the set-up commands first, a tour, where the docs are; every page it
+    links to exists."""
+    readme = (docs.ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) < 200
+    first = re.search(r"```sh\n(.*?)```", readme, re.S).group(1)
+    assert [line.split()[:2] for line in first.splitlines()] == [["make", "demo"], ["make", "test"]]
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme)
+    assert "docs/index.md" in links
+    missing = [link for link in links if not (docs.ROOT / link).exists()]
+    assert missing == []

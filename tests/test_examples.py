@@ -46,7 +46,7 @@ def shell_blocks(source: str) -> list[str]:
 @pytest.mark.parametrize("source", SOURCES)
 def test_the_examples_are_shell_blocks_that_use_volumetool(source):
     blocks = shell_blocks(source)
-    assert len(blocks) >= 3
+    assert len(blocks) >= (2 if source == "README" else 10)
     assert all("volumetool" in block for block in blocks)
     for path in SOURCES[source]:
         languages = {lang for lang, _ in fences((ROOT / path).read_text(encoding="utf-8"))}
