@@ -1384,6 +1384,17 @@ def real_model_section(path: Path) -> str:
 NOTES = """
 ## Notes
 
+- The agent's wait (its own table, `make bench` group `waits`): before prune gave way
+  (2026-12-07, main at 33bf5c3, the same machine at load 5-10), the agent waited up to 3,471
+  ms for a write while `prune` ran (p99 489 ms; the command 7.9 s), and 18,431 ms during
+  `erase` (p99 3,116 ms). Prune now holds the write lock about 5 ms a transaction and gives
+  way after each: 101 ms at most, p99 41 ms (the command 30.7 s, most of it giving way);
+  erase, whose index sweep gives way the same way, 7,387 ms at most (its one transaction and
+  its VACUUM), p99 140 ms. The longest waits left under prune are moments the loaded machine
+  did not run the agent or the prune (the agent alone: 16 ms at most here, 24 ms in another
+  run). Still over 50 ms: erase (one transaction, SPEC 13, then VACUUM), `memories import`
+  (one transaction, SPEC 7), the index build and refresh (20,000 documents a transaction),
+  compaction's commit, undo of a 10,000-message fold.
 - Start-up is held against `python -c 'import click'` because click is the floor of any
   click CLI; volumetool imports its library, sqlite-utils, tabulate, httpx and PyYAML only in
   the commands that use them (a test checks `--version` and `--help` import none of them).

@@ -6,17 +6,22 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
+import signal
 import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import assert_clean_error
 from tests.support.volumes import VolumeWriter, file_digest, table_dump
-from tests.test_backup import run_vt
+from tests.test_backup import ROOT, VT, run_vt, vt_env
 from tests.test_search import damage_search_index
 from tests.test_threads import query
 from volumetool.lifecycle import PRUNE_FIELDS
+from volumetool.render import plural
 
 # One token each, lowercase: the search index keeps it whole as a term (after the few first
 # characters it may share with the term before it), so a grep for its tail finds it there too.
@@ -339,6 +344,204 @@ def test_prune_takes_pruned_text_out_of_the_search_index(tmp_path, run_cli):
     assert sorted(left) == sorted(query(path, "SELECT content FROM messages"))
     found = json.loads(run_cli("search", path, "message", "--json", "-n", "0").stdout)
     assert {r["conversation_key"] for r in found} == {"k0:active"}
+
+
+def test_prune_takes_text_out_of_the_index_in_transactions_sized_by_time(
+    tmp_path, run_cli, monkeypatch
+):
+    """The pruned messages leave the search index in short transactions too, each sized by
+    how long the one before held the write lock (here, when any work at all is too long,
+    one index row each after the first), giving way after each."""
+    from volumetool import volume as volumes
+    from volumetool.search import index
+
+    path = old_and_new(tmp_path, threads=2)  # three archived threads of 40 messages go
+    assert run_cli("search", path, "message").exit_code == 0  # builds the index
+    [(indexed,)] = query(path, "SELECT count(*) FROM search_messages_content")
+    monkeypatch.setattr(volumes, "WORK_SECONDS", 0, raising=False)
+    seen = []
+
+    def between(seconds: float) -> None:
+        seen.append(query(path, "SELECT count(*) FROM search_messages_content")[0][0])
+
+    monkeypatch.setattr(index.time, "sleep", between)
+    assert run_cli("prune", path, "--archived-before", "2026-11-01").exit_code == 0
+    taken = sorted({indexed - left for left in seen if left < indexed})
+    assert taken[:3] == [100, 101, 102] and taken[-1] == 3 * 40
+    left = query(path, "SELECT c0 FROM search_messages_content")
+    assert sorted(left) == sorted(query(path, "SELECT content FROM messages"))
+
+
+def prune_states(path: Path, doomed: set[int]) -> tuple[int, int, list[dict]]:
+    """The doomed threads and their messages still there, and the prune events."""
+    marks = ",".join(map(str, doomed))
+    [(threads, messages)] = query(
+        path,
+        f"SELECT (SELECT count(*) FROM sessions WHERE id IN ({marks})),"
+        f" (SELECT count(*) FROM messages WHERE session_id IN ({marks}))",
+    )
+    events = query(
+        path,
+        "SELECT detail FROM audit WHERE event = 'thread' AND detail ->> 'action' = 'prune'",
+    )
+    return threads, messages, [json.loads(detail) for (detail,) in events]
+
+
+def doomed_threads(path: Path, before: str = "2026-11-01") -> tuple[set[int], int]:
+    doomed = {
+        s
+        for (s,) in query(
+            path, "SELECT id FROM sessions WHERE status = 'archived' AND updated_at < ?", before
+        )
+    }
+    return doomed, prune_states(path, doomed)[1]
+
+
+def test_prune_commits_in_short_transactions_and_the_agent_writes_between_them(
+    tmp_path, run_cli, monkeypatch
+):
+    """Between two of prune's transactions the write lock is free: an agent that does not
+    wait at all (busy timeout 0) writes a turn there, and it stays. Each commit leaves the
+    volume whole, its one event counting exactly what is gone so far, `"finished": false`
+    until the last."""
+    from volumetool import lifecycle
+
+    path = old_and_new(tmp_path, size=450)  # each thread's messages: three chunks
+    doomed, messages = doomed_threads(path)
+    monkeypatch.setattr(lifecycle, "WORK_SECONDS", 0, raising=False)  # one step each
+    [(active,)] = query(path, "SELECT id FROM sessions WHERE status = 'active'")
+    agent = sqlite3.connect(path, timeout=0, isolation_level=None)
+    seen = []
+
+    def agent_turn(seconds: float) -> None:
+        agent.execute("BEGIN IMMEDIATE")
+        agent.execute(
+            "INSERT INTO messages (session_id, role, content, created_at)"
+            " VALUES (?, 'user', 'agent turn', '2026-12-01T00:00:00.000Z')",
+            (active,),
+        )
+        agent.execute("COMMIT")
+        seen.append(prune_states(path, doomed))
+
+    monkeypatch.setattr(lifecycle.time, "sleep", agent_turn)
+    result = run_cli("prune", path, "--archived-before", "2026-11-01", "--json")
+    agent.close()
+    assert result.exit_code == 0, result
+    assert len(seen) > 2 * len(doomed)  # a thread's chunks, then the thread, each a commit
+    for threads_left, messages_left, [event] in seen:
+        assert event.pop("finished") is False
+        assert event["threads"] == len(doomed) - threads_left
+        assert event["messages"] == messages - messages_left
+    assert [left for _, left, _ in seen] == sorted((left for _, left, _ in seen), reverse=True)
+    [(turns,)] = query(path, "SELECT count(*) FROM messages WHERE content = 'agent turn'")
+    assert turns == len(seen)
+    [event] = prune_states(path, doomed)[2]
+    assert "finished" not in event
+    assert (event["threads"], event["messages"]) == (len(doomed), messages) == (11, 11 * 450)
+    assert json.loads(result.stdout)["threads"] == 11
+    assert run_cli("check", path).exit_code == 0
+
+
+def test_an_interrupted_prune_says_what_it_deleted_and_the_next_one_finishes_it(
+    tmp_path, run_cli, monkeypatch
+):
+    """Ctrl-C (or SIGTERM) between two transactions: the threads deleted so far stay deleted,
+    counted by the event, and the message says so; the next prune, whatever its WHEN, first
+    finishes that one under its one event."""
+    from volumetool import lifecycle
+
+    path = old_and_new(tmp_path, size=450)
+    doomed, messages = doomed_threads(path)
+    monkeypatch.setattr(lifecycle, "WORK_SECONDS", 0, raising=False)
+    sleep = time.sleep
+    turns = []
+    steps = 2 * (450 // getattr(lifecycle, "MESSAGE_CHUNK", 100) + 1) + 1  # two threads, and a bit
+
+    def interrupted(seconds: float) -> None:
+        turns.append(seconds)
+        if len(turns) == steps:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(lifecycle.time, "sleep", interrupted)
+    result = run_cli("prune", path, "--archived-before", "2026-11-01")
+    monkeypatch.setattr(lifecycle.time, "sleep", sleep)
+    assert_clean_error(result, 130)
+    threads_left, messages_left, [event] = prune_states(path, doomed)
+    assert 0 < event["threads"] == len(doomed) - threads_left < len(doomed)
+    assert event["messages"] == messages - messages_left and event["finished"] is False
+    assert result.stderr.startswith(
+        f"volumetool: {path}: interrupted; pruned {plural(event['threads'], 'thread')}"
+        " (committed), but"
+        " not all of them yet — run the same prune again to finish it"
+    ), result.stderr
+    assert run_cli("check", path).exit_code == 0
+    again = run_cli("prune", path, "--archived-before", "2026-10-05")  # before any of them
+    assert again.exit_code == 0, again
+    assert "pruned 0 archived threads" in again.stderr
+    threads_left, messages_left, [event] = prune_states(path, doomed)
+    assert (threads_left, messages_left) == (0, 0)
+    assert (event["threads"], event["messages"]) == (11, 11 * 450)
+    assert "finished" not in event and event["archived_before"] == "2026-11-01T00:00:00.000Z"
+
+
+def test_a_prune_locked_out_midway_says_what_it_deleted(tmp_path, run_cli, monkeypatch):
+    """The agent holding the write lock past the busy timeout between two of prune's
+    transactions: exit 4, saying how many threads are deleted (committed)."""
+    from volumetool import lifecycle
+
+    path = old_and_new(tmp_path, size=450)
+    monkeypatch.setattr(lifecycle, "WORK_SECONDS", 0, raising=False)
+    agent = sqlite3.connect(path, isolation_level=None)
+    turns = []
+
+    def agent_holds_the_lock(seconds: float) -> None:
+        turns.append(seconds)
+        if len(turns) == 20:
+            agent.execute("BEGIN IMMEDIATE")
+
+    monkeypatch.setattr(lifecycle.time, "sleep", agent_holds_the_lock)
+    result = run_cli("prune", path, "--archived-before", "2026-11-01", "--busy-timeout", "0")
+    agent.execute("ROLLBACK")
+    agent.close()
+    [event] = prune_states(path, doomed_threads(path)[0])[2]
+    assert_clean_error(
+        result, 4, f"pruned {plural(event['threads'], 'thread')} (committed), but not all"
+    )
+    assert "run the same prune again to finish it" in result.stderr
+
+
+def test_a_prune_killed_midway_is_finished_by_the_next_under_its_one_event(tmp_path):
+    """SIGKILL while a prune deletes: what it committed is whole and counted by its event;
+    the same prune again ends where one uninterrupted prune ends, one event included."""
+    path = old_and_new(tmp_path, threads=40, size=300)
+    reference = tmp_path / "reference" / "agent.db"
+    reference.parent.mkdir()
+    shutil.copyfile(path, reference)
+    assert run_vt("prune", reference, "--archived-before", "2026-11-01").returncode == 0
+    doomed, messages = doomed_threads(path)
+    prune = subprocess.Popen(
+        [*VT, "prune", str(path), "--archived-before", "2026-11-01"],
+        cwd=ROOT,
+        env=vt_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while prune.poll() is None and not any(
+        "finished" in event for event in prune_states(path, doomed)[2]
+    ):
+        time.sleep(0.005)
+    prune.send_signal(signal.SIGKILL)
+    assert prune.wait() == -signal.SIGKILL, "the prune ended before it could be killed midway"
+    threads_left, messages_left, [event] = prune_states(path, doomed)
+    assert event["finished"] is False and threads_left > 0
+    assert event["threads"] == len(doomed) - threads_left
+    assert event["messages"] == messages - messages_left
+    assert run_vt("check", path).returncode == 0
+    assert run_vt("prune", path, "--archived-before", "2026-11-01").returncode == 0
+    tables = ("sessions", "messages", "runs", "compactions", "memories")
+    assert table_dump(path, tables) == table_dump(reference, tables)
+    events = "SELECT id, event, detail, session_id, run_id, actor FROM audit ORDER BY id"
+    assert query(path, events) == query(reference, events)
 
 
 # -- erase -------------------------------------------------------------------------------------

@@ -28,6 +28,15 @@ def record(
     return cursor.lastrowid or 0
 
 
+def amend(conn: sqlite3.Connection, event_id: int, detail: dict) -> None:
+    """Write `detail` over that of volumetool's event `event_id`: only for an event that counts
+    a change made in several transactions (a prune), each bringing it up to date."""
+    conn.execute(
+        "UPDATE audit SET detail = ? WHERE id = ? AND actor = 'volumetool'",
+        (json.dumps(detail, ensure_ascii=False), event_id),
+    )
+
+
 def record_memory_events(
     conn: sqlite3.Connection, actions_sql: str, params: tuple, ts: str | None = None
 ) -> None:

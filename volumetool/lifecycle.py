@@ -2,8 +2,15 @@
 (`erase`), SPEC section 11.
 
 Both delete whole threads — the sessions row, its messages, its summary and the summaries its
-compactions kept — in one write transaction with their audit event, so a volume holds the old
-rows or the new ones, never a mix. Runs stay, detached from the thread (session_id NULL), so
+compactions kept. `erase` does it in one write transaction with its audit event, so a volume
+holds the old rows or the new ones, never a mix. `prune` works beside the running agent and
+may have much to delete, so it deletes in short transactions, giving way to the agent between
+them, oldest thread first (a thread's messages, then the thread); its one audit event is
+written with the first of them and counts, in each, exactly what is deleted so far, saying
+`"finished": false` until the last: a prune killed midway leaves threads deleted and an event
+that says so, and the next prune finishes it under that event.
+
+Runs stay, detached from the thread (session_id NULL), so
 that the tokens the volume spent keep adding up, and the event keeps what the threads'
 compactions saved (`compaction_saved`), which `status` adds to the savings still on file;
 audit events stay too, detached. What they
@@ -24,6 +31,7 @@ running the same erase again.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -43,7 +51,7 @@ from volumetool.render import plural
 from volumetool.search import index
 from volumetool.timefmt import now_iso
 from volumetool.usage import total_sql
-from volumetool.volume import Volume
+from volumetool.volume import WORK_SECONDS, Volume, give_way
 
 # The threads an operation deletes, chosen once per transaction into a temporary table.
 _DOOMED = "temp.lifecycle_threads"
@@ -91,8 +99,10 @@ _COUNTS = f"""SELECT
 
 
 def _choose(conn: sqlite3.Connection, sql: str, params: tuple) -> None:
-    conn.execute(f"DROP TABLE IF EXISTS {_DOOMED}")
-    conn.execute(f"CREATE TABLE {_DOOMED} (id INTEGER PRIMARY KEY)")
+    # Emptied, not dropped, when it is there: a prune chooses each thread in turn, and every
+    # change of the schema (the temporary one too) makes SQLite prepare each statement again.
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {_DOOMED} (id INTEGER PRIMARY KEY)")
+    conn.execute(f"DELETE FROM {_DOOMED}")
     conn.execute(f"INSERT INTO {_DOOMED} (id) {sql}", params)
 
 
@@ -143,7 +153,7 @@ def _delete_threads(conn: sqlite3.Connection) -> None:
         f"UPDATE audit SET session_id = NULL, detail = {_DETACHED_DETAIL} WHERE session_id {doomed}"
     )
     conn.execute(f"DELETE FROM sessions WHERE id {doomed}")
-    conn.execute(f"DROP TABLE {_DOOMED}")
+    conn.execute(f"DELETE FROM {_DOOMED}")
 
 
 # -- prune ---------------------------------------------------------------------------------
@@ -204,22 +214,133 @@ def plan_prune(conn: sqlite3.Connection, before: str) -> Deletion:
         conn.execute(f"DROP TABLE {_DOOMED}")
 
 
-def prune(conn: sqlite3.Connection, before: str) -> Deletion:
-    """Delete the archived threads last updated before `before`, with one audit `thread`
-    event (action `prune`); nothing at all when there are none (a daily cron run leaves no
-    trail of empty events). Call in one write transaction, with secure_delete on."""
-    _choose(conn, _ARCHIVED_BEFORE, (before,))
-    done = _count(conn)
-    if not done.threads:
-        conn.execute(f"DROP TABLE {_DOOMED}")
-        return done
-    _delete_threads(conn)
-    audit.record(
-        conn,
-        "thread",
-        {"action": "prune", "archived_before": before, **done.thread_counts()},
-    )
-    return done
+# A prune works beside the running agent in short write transactions (`volume.WORK_SECONDS`
+# each, then `volume.give_way`), oldest thread first: its messages MESSAGE_CHUNK at a time, then
+# the thread itself.
+MESSAGE_CHUNK = 32
+_NEXT_ARCHIVED = _ARCHIVED_BEFORE + " ORDER BY updated_at, id LIMIT 1"
+_NO_DELETION = Deletion(0, 0, 0, 0, 0, 0, 0)
+
+
+def _added(a: Deletion, b: Deletion) -> Deletion:
+    return Deletion(*(x + y for x, y in zip(a.counts().values(), b.counts().values(), strict=True)))
+
+
+def _prune_batch(conn: sqlite3.Connection, before: str) -> tuple[Deletion, bool]:
+    """Inside one write transaction: delete archived threads last updated before `before`,
+    oldest first, for about WORK_SECONDS; a thread's messages go MESSAGE_CHUNK at a time, and
+    the thread with the rest of it once they are gone. Returns what went, and whether threads
+    are left to delete."""
+    started = time.monotonic()
+    went = _NO_DELETION
+    while True:
+        row = conn.execute(_NEXT_ARCHIVED, (before,)).fetchone()
+        if row is None:
+            return went, False
+        removed = conn.execute(
+            "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE session_id = ?"
+            " ORDER BY id LIMIT ?)",
+            (row[0], MESSAGE_CHUNK),
+        ).rowcount
+        went = _added(went, Deletion(0, removed, 0, 0, 0, 0, 0))
+        if removed < MESSAGE_CHUNK:
+            _choose(conn, "SELECT ?", (row[0],))
+            went = _added(went, _count(conn))
+            _delete_threads(conn)
+        if time.monotonic() - started >= WORK_SECONDS:
+            return went, True
+
+
+# The event of a prune under way says `"finished": false` beside what it deleted so far.
+_UNFINISHED = {"finished": False}
+_LAST_PRUNE = (
+    "SELECT id, detail FROM audit WHERE event = 'thread' AND actor = 'volumetool'"
+    " AND json_valid(detail) AND detail ->> 'action' = 'prune' ORDER BY id DESC LIMIT 1"
+)
+
+
+@dataclass(frozen=True)
+class _PruneEvent:
+    id: int
+    before: str
+    done: Deletion
+
+
+def _unfinished_prune(conn: sqlite3.Connection) -> _PruneEvent | None:
+    """The event of a prune that did not finish (killed), if any: the latest prune event,
+    since a prune finishes any other before it starts."""
+    row = conn.execute(_LAST_PRUNE).fetchone()
+    if row is None:
+        return None
+    detail = json.loads(row[1])
+    if detail.get("finished", True) is not False:
+        return None
+    fields = Deletion(0, 0, 0, 0, 0, 0, 0).thread_counts()
+    done = Deletion(**{name: int(detail.get(name) or 0) for name in fields})
+    return _PruneEvent(row[0], str(detail.get("archived_before")), done)
+
+
+def _record_prune(
+    conn: sqlite3.Connection, event: _PruneEvent | None, before: str, went: Deletion, more: bool
+) -> _PruneEvent | None:
+    """The prune's one audit `thread` event, written with its first deletion and brought up
+    to date with each one after, in the same transaction: it always counts exactly what is
+    deleted, and says `"finished": false` until nothing is left to delete."""
+    if event is None and went == _NO_DELETION:
+        return None
+    done = went if event is None else _added(event.done, went)
+    detail = {"action": "prune", "archived_before": before, **done.thread_counts()}
+    if more:
+        detail |= _UNFINISHED
+    if event is None:
+        return _PruneEvent(audit.record(conn, "thread", detail), before, done)
+    audit.amend(conn, event.id, detail)
+    return _PruneEvent(event.id, before, done)
+
+
+def prune(volume: Volume, before: str) -> Deletion:
+    """Delete the archived threads last updated before `before`, in short transactions that
+    give way to the agent between them, with one audit `thread` event (action `prune`) that
+    counts them; nothing at all when there are none (a daily cron run leaves no trail of
+    empty events). A prune that was killed is finished first, under its own event, so its
+    event ends counting everything it deleted. Returns what the prune deleted, by this run
+    and by the run it finished, if it finishes one with the same `before`."""
+    with volume.snapshot() as conn:
+        unfinished = _unfinished_prune(conn)
+    if unfinished and unfinished.before != before:
+        _prune_with(volume, unfinished.before, unfinished)
+        unfinished = None
+    return _prune_with(volume, before, unfinished)
+
+
+def _prune_with(volume: Volume, before: str, event: _PruneEvent | None) -> Deletion:
+    more = True
+    try:
+        while more:
+            with volume.write() as conn:
+                started = time.monotonic()  # the lock is ours: the wait for it is not ours
+                went, more = _prune_batch(conn, before)
+                recorded = _record_prune(conn, event, before, went, more)
+            event = recorded  # committed
+            if more:
+                give_way(volume.conn, time.monotonic() - started)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"{volume.path}: interrupted; {_pruned_so_far(event)}", _FINISH_IT
+        ) from None
+    except Busy as exc:
+        if event is None:
+            raise
+        raise Busy(f"{_pruned_so_far(event)}: {exc.message}", _FINISH_IT) from exc
+    return event.done if event else _NO_DELETION
+
+
+_FINISH_IT = "run the same prune again to finish it"
+
+
+def _pruned_so_far(event: _PruneEvent | None) -> str:
+    done = event.done.threads if event else 0
+    return f"pruned {plural(done, 'thread')} (committed), but not all of them yet"
 
 
 # -- erase ---------------------------------------------------------------------------------
@@ -431,13 +552,15 @@ def _after_commit(volume: Volume, done: str, undone: str, hint: str) -> Iterator
 
 
 def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:
-    """The whole prune on a volume opened for writing (with the volume lock): delete in one
-    transaction, take the pruned text out of the search index in short ones, and with
-    `vacuum_after` merge the index and rewrite the file (VACUUM) so the space goes back to the
-    file system."""
+    """The whole prune on a volume opened for writing (with the volume lock): delete in short
+    transactions (`prune`), take the pruned text out of the search index in short ones too,
+    and with `vacuum_after` merge the index and rewrite the file (VACUUM) so the space goes
+    back to the file system."""
     volume.conn.execute("PRAGMA secure_delete = ON")
-    with volume.write() as conn:
-        done = prune(conn, before)
+    # Many small commits: the WAL is synced at checkpoints, not at each one (the agent would
+    # wait for each sync). A commit lost to a power cut is deleted again by the next prune.
+    volume.conn.execute("PRAGMA synchronous = NORMAL")
+    done = prune(volume, before)
     with _after_commit(
         volume,
         f"pruned {plural(done.threads, 'thread')}",

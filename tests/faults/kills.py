@@ -597,6 +597,49 @@ class Prune(KillPath):
     def state(self, directory: Path) -> object:
         return lifecycle_state(directory / "agent.db")
 
+    def counted(self, directory: Path) -> tuple[list[dict], int, int, int]:
+        """The prune events, and the old threads, their messages and the kept messages
+        left."""
+        path = directory / "agent.db"
+        events = rows(
+            path,
+            "SELECT detail FROM audit WHERE event = 'thread' AND detail ->> 'action' = 'prune'",
+        )
+        [(threads, messages, kept)] = rows(
+            path,
+            "SELECT (SELECT count(*) FROM sessions WHERE conversation_key LIKE 'old:%'),"
+            " (SELECT count(*) FROM messages m JOIN sessions s ON s.id = m.session_id"
+            "  WHERE s.conversation_key LIKE 'old:%'),"
+            " (SELECT count(*) FROM messages m JOIN sessions s ON s.id = m.session_id"
+            "  WHERE s.conversation_key LIKE 'kept:%')",
+        )
+        return [json.loads(detail) for (detail,) in events], threads, messages, kept
+
+    def between(self, directory: Path, now: object) -> str:
+        """Killed between two of prune's short transactions: some old threads gone (the
+        last of them maybe only some of its messages), nothing else, and the one prune event
+        counting exactly that, still unfinished."""
+        events, threads, messages, kept = self.counted(directory)
+        whole = len(events) == 1 and events[0].get("finished") is False and kept == 50 * 100
+        counts = whole and (events[0]["threads"], events[0]["messages"]) == (
+            400 - threads,
+            400 * 100 - messages,
+        )
+        return "between" if counts else "mixed"
+
+    def recover(self, directory: Path) -> subprocess.CompletedProcess:
+        """The same prune again finishes the one that was killed, under its one event."""
+        done = super().recover(directory)
+        events, threads, messages, kept = self.counted(directory)
+        if done.returncode == 0 and not (
+            len(events) == 1
+            and "finished" not in events[0]
+            and (events[0]["threads"], events[0]["messages"]) == (400, 400 * 100)
+            and (threads, messages, kept) == (0, 0, 50 * 100)
+        ):
+            done.returncode, done.stderr = 1, f"after the prune again: {events}, {threads} left"
+        return done
+
 
 ERASE_MARKER = "qzerase4711marker"
 
@@ -792,7 +835,7 @@ def markdown(tallies: list[Tally], trials: int, seed: int, took: float) -> str:
         "with SIGKILL after a random delay within its running time, and reads the file: `old`"
         " (as before), `new` (as after a complete run), `between` (an allowed state between "
         "two separate transactions: some threads compacted and others not, some migrations "
-        "applied), `mixed` (anything else) or `corrupt` (integrity_check or `volumetool "
+        "migrations applied), `mixed` (anything else) or `corrupt` (integrity_check or `volumetool "
         "check` fails). Then the command runs again and must complete; temporary files left "
         "behind and agent writes missing are counted.",
         "",

@@ -169,8 +169,9 @@ def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_t
     """Delete the archived threads last updated before WHEN, with their messages and
     summaries: a retention policy from cron. Active threads are never touched. Their runs
     and audit events stay, detached from the thread, so token totals do not change; one
-    audit `thread` event (action `prune`) records the counts. One transaction, beside the
-    running agent; --vacuum then rewrites the file so it shrinks (the agent waits for that).
+    audit `thread` event (action `prune`) records the counts. Short transactions that give
+    way to the running agent (a prune interrupted midway is finished by running it again);
+    --vacuum then rewrites the file so it shrinks (the agent waits for that).
 
     --dry-run writes nothing: it lists the threads that would go, most recently updated
     first, with the columns `sessions` has (messages: the live ones; folded_messages, those

@@ -42,7 +42,7 @@ from volumetool.format import (
     SEARCH_TABLES,
     compare,
 )
-from volumetool.volume import Volume, connect, read_schema
+from volumetool.volume import Volume, connect, give_way, read_schema, resized
 
 MESSAGES, TEXTS = SEARCH_TABLES
 BUILDS = dict(zip(SEARCH_TABLES, SEARCH_BUILDS, strict=True))  # each table's first build
@@ -51,6 +51,7 @@ SLOT_SUMMARY, SLOT_HISTORY, SLOT_MEMORY = 1, 2, 3  # text document id = source i
 ID_LIMIT = 1 << 60
 BATCH = 20_000  # documents a refresh transaction writes: a few tenths of a second
 REFRESH_AT = 1_000  # a search that lacks fewer reads them directly and writes nothing
+TIDY_FIRST = 100  # index rows the first transaction of `tidy` deletes; then sized by time
 WALK = 64  # messages compared at a time when looking for reused ids below the top
 # A pause after each of a run of write transactions: an agent waiting for the write lock looks
 # again at least every 100 ms (SQLite's busy handler), and without it would find the next of
@@ -290,23 +291,22 @@ _STALE_MESSAGES = (
 )
 
 
-def _batches(ids: list[int]) -> Iterator[list[int]]:
-    for start in range(0, len(ids), BATCH):
-        yield ids[start : start + BATCH]
-
-
 def tidy(volume: Volume) -> None:
     """Take out of the index every copy of text the volume no longer has: deleted or replaced
     messages, summaries and memories. They are found in a read snapshot (a deleted message is
-    known only by its absence: tenths of a second for a million), then deleted BATCH at a time,
-    each checked again under the write lock; with secure_delete where they stood."""
+    known only by its absence: tenths of a second for a million), then deleted in transactions
+    sized to hold the lock about `volume.WORK_SECONDS` each, giving way between them, each
+    checked again under the write lock; with secure_delete where they stood."""
     with volume.snapshot() as conn:
         if index_state(conn) != "present":
             return
         stale = [row for (row,) in conn.execute(_STALE_MESSAGES)]
         texts = conn.execute(f"SELECT EXISTS ({_stale_texts_sql()})").fetchone()[0]
-    for batch in _batches(stale):
-        with _turn(volume) as conn:
+    size = TIDY_FIRST
+    while stale:
+        batch, stale = stale[:size], stale[size:]
+        with volume.write() as conn:
+            started = time.monotonic()  # the lock is ours: the wait for it is not our work
             if not _maintained(conn):
                 return
             removed = conn.execute(
@@ -315,6 +315,10 @@ def tidy(volume: Volume) -> None:
                 (_ids(batch),),
             ).rowcount
             _count_messages(conn, -removed)
+            # sized by the work, not the commit: a commit that syncs (a rollback journal)
+            # takes as long for one row as for many
+            size = resized(size, time.monotonic() - started, BATCH)
+        give_way(volume.conn, time.monotonic() - started)
     if texts:
         with _turn(volume) as conn:
             if _maintained(conn):
