@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, settings
 from tests.support.volumes import VolumeWriter
 from volumetool.cli import cli
 
+pytest_plugins = ["tests.support.fixtures"]
+
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

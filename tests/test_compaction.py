@@ -14,29 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.support.model_server import ModelServer
-from tests.support.volumes import VolumeWriter, due_thread, table_dump
+from tests.support.fixtures import KEY, write_config
+from tests.support.volumes import VolumeWriter, due_thread, rows, table_dump
 from volumetool.providers import PROVIDERS
 from volumetool.volume import volume_lock
-
-KEY = "sk-test-7f3a9c0b1d2e4f5a6b7c8d9e0f1a2b3c"
-
-
-@pytest.fixture
-def server():
-    with ModelServer() as s:
-        yield s
-
-
-def write_config(path, server, api="openai", small="tiny-model", memory=None):
-    memory = memory or "  scope: thread\n  persistent: true\n  compact_at_tokens: 50000\n"
-    path.write_text(
-        "name: bot\nmodel:\n  name: big-model\n"
-        + (f"  small: {small}\n" if small else "")
-        + f"  api: {api}\n  base_url: {server.url}\n  api_key_env: TEST_MODEL_KEY\n"
-        f"memory:\n{memory}"
-    )
-    return path
 
 
 @pytest.fixture
@@ -61,14 +42,6 @@ def compact(run_cli, volume, *args, key=KEY):
         *args,
         env={"TEST_MODEL_KEY": key} if key else {"TEST_MODEL_KEY": ""},
     )
-
-
-def rows(path, sql, *params):
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
 
 
 def live_and_folded(path, session_id):

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
+from tests.support.fixtures import write_config
 from tests.support.model_server import ModelServer
-from tests.support.volumes import VolumeWriter, due_thread, table_dump
+from tests.support.volumes import VolumeWriter, due_thread, rows, table_dump
 from tests.test_compaction import compact as compact_thread
-from tests.test_compaction import rows, write_config
 from tests.test_providers import request as provider_request
 from volumetool.compaction.run import compact as run_compact
 
@@ -23,12 +23,6 @@ JUNK = (
     "OPS-4471 was discussed. The chat is here: https://dev.to/maven-tools/chat-summary; "
     "run `npm install maven-tools` and open /usr/local/share/maven/notes.md."
 )
-
-
-@pytest.fixture
-def server():
-    with ModelServer() as s:
-        yield s
 
 
 def invoice_thread(w: VolumeWriter, key: str, turns: int = 4) -> int:

@@ -18,19 +18,10 @@ import time
 
 import pytest
 
-from tests.support.model_server import ModelServer
-from tests.support.volumes import VolumeWriter, due_thread, table_dump
+from tests.support.fixtures import KEY, write_config
+from tests.support.volumes import VolumeWriter, due_thread, rows, table_dump
 from tests.test_cli import SIGNALS, wait_for
-from tests.test_compaction import rows, write_config
 from volumetool.compaction.run import INTERRUPTED, INTERRUPTED_AFTER
-
-KEY = "sk-test-interrupt-0123456789abcdef"
-
-
-@pytest.fixture
-def server():
-    with ModelServer() as s:
-        yield s
 
 
 def start_compact(path, config, *args, ignore_sigint: bool = False) -> subprocess.Popen:

@@ -22,7 +22,8 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
-from tests.support.model_server import ACCEPTED, CONTROL_SUMMARY, ModelServer
+from tests.support.fixtures import compaction_request
+from tests.support.model_server import ACCEPTED, CONTROL_SUMMARY
 from tests.support.oracle import expected_fold, pair_calls, replaced_tokens, tokens, turns_of
 from tests.support.strategies import ID_SCHEMES
 from tests.support.volumes import VolumeWriter, table_dump, undo_in
@@ -30,9 +31,8 @@ from volumetool.compaction.run import Request, compact
 from volumetool.errors import ProblemsFound
 from volumetool.model_client import RetryPolicy
 from volumetool.providers import PROVIDERS
-from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
+from volumetool.settings import AgentConfig, MemorySettings
 
-KEY = "sk-prop-0123456789abcdefghijklmnop"
 THRESHOLD = 50_000
 # Failure kinds, each once; None (a good answer) as often as all of them together.
 FAILURES = (
@@ -146,27 +146,14 @@ def threads(draw, turns: st.SearchStrategy[int] | None = None, first: bool = Tru
 # -- the test ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ModelServer() as s:
-        yield s
-
-
-@pytest.fixture(scope="module", autouse=True)
-def key():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PROP_KEY", KEY)
-        yield
+pytestmark = [pytest.mark.shared_server, pytest.mark.usefixtures("model_key")]
 
 
 def request(server, api: str, key: str | None = None, force: bool = False) -> Request:
-    return Request(
-        config=AgentConfig(
-            MemorySettings("thread", True, THRESHOLD),
-            ModelSettings(
-                name="m", small="s", api=api, base_url=server.url, api_key_env="PROP_KEY"
-            ),
-        ),
+    return compaction_request(
+        server,
+        api,
+        memory=MemorySettings("thread", True, THRESHOLD),
         retry=RetryPolicy(attempts=1),
         min_fold_tokens=0,
         min_retention=0.0,  # the summaries are placeholders: no quality gate

@@ -27,8 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families as text_form
 
 from tests.conftest import assert_clean_error
 from tests.support import docs
+from tests.support.fixtures import THREAD_MEMORY, write_config
 from tests.support.legacy import write_legacy
-from tests.support.model_server import ModelServer
 from tests.support.volumes import VolumeWriter, due_thread
 from volumetool.atomic import create_volume
 from volumetool.compaction.run import Outcome
@@ -462,21 +462,13 @@ def test_a_run_that_never_succeeded_has_no_last_success():
     assert samples(ok)[("volumetool_compact_last_success_timestamp_seconds", ())] == 5.0
 
 
-@pytest.fixture
-def server():
-    with ModelServer() as s:
-        yield s
-
-
 def compaction_setup(tmp_path, server):
     w = VolumeWriter(tmp_path / "vol" / "agent.db")
     due_thread(w, "discord:1")
     due_thread(w, "discord:2")
     w.close()
-    config = tmp_path / "agent.yaml"
-    config.write_text(
-        f"model:\n  name: big\n  small: tiny\n  base_url: {server.url}\n"
-        "  api_key_env: TEST_MODEL_KEY\nmemory:\n  scope: thread\n  compact_at_tokens: 50000\n"
+    config = write_config(
+        tmp_path / "agent.yaml", server, None, "tiny", THREAD_MEMORY, "big", agent=None
     )
     return w.path, config
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.conftest import assert_clean_error
-from tests.support.model_server import ModelServer
+from tests.support.fixtures import THREAD_MEMORY, write_config
 from tests.support.volumes import VolumeWriter, due_thread
 from tests.test_cli import wait_for
 from volumetool.providers import PROVIDERS
@@ -18,21 +18,12 @@ USUAL = {api: provider.api_key_env for api, provider in PROVIDERS.items()}
 AUTH = ("authorization", "x-api-key", "api-key")
 
 
-@pytest.fixture
-def server():
-    with ModelServer() as s:
-        yield s
-
-
 def setup(tmp_path, server, api: str, key_env: str | None = None):
     w = VolumeWriter(tmp_path / "agent.db")
     due_thread(w, "k1")
     w.close()
-    config = tmp_path / "agent.yaml"
-    config.write_text(
-        f"model:\n  name: smollm2\n  api: {api}\n  base_url: {server.url}\n"
-        + (f"  api_key_env: {key_env}\n" if key_env else "")
-        + "memory:\n  scope: thread\n  compact_at_tokens: 50000\n"
+    config = write_config(
+        tmp_path / "agent.yaml", server, api, None, THREAD_MEMORY, "smollm2", key_env, agent=None
     )
     return w.path, config
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.support.model_server import ModelServer
+from tests.support.fixtures import KEY
 from volumetool.model_client import (
     Breaker,
     Completion,
@@ -37,13 +37,6 @@ from volumetool.providers.errors import classify, error_details, parse_retry_aft
 from volumetool.usage import Usage
 
 _openai, _anthropic = PROVIDERS["openai"].parse, PROVIDERS["anthropic"].parse
-KEY = "sk-client-abcdefghijklmnopqrstuvwxyz012345"
-
-
-@pytest.fixture
-def server():
-    with ModelServer() as s:
-        yield s
 
 
 def run(server, api="openai", attempts=4, timeout=5.0, jitter=1.0, key=KEY):

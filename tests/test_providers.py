@@ -16,14 +16,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.model_server import ACCEPTED, FAULTS, ModelServer
+from tests.support.fixtures import KEY, compaction_request
+from tests.support.model_server import ACCEPTED, FAULTS
 from tests.support.volumes import VolumeWriter, due_thread, table_dump
 from volumetool.compaction.run import Request, compact
 from volumetool.model_client import RetryPolicy
 from volumetool.providers import PROVIDERS
 from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
 
-KEY = "sk-prov-0123456789abcdefghijklmnopqrstu"
+pytestmark = pytest.mark.shared_server
 ATTEMPTS = 3
 RETRIED = {"500", "503", "529", "429", "retry_after_soon", "drop", "string_error", "html_502"}
 RETRIED_OPENAI = {"error_in_200"}  # OpenRouter's 200 carrying {"error": {"code": 502}}
@@ -109,12 +110,6 @@ async def no_sleep(_: float) -> None:
     return None
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ModelServer() as s:
-        yield s
-
-
 @pytest.fixture(autouse=True)
 def fresh(server, monkeypatch):
     server.fault, server.on_request, server.context_limit, server.answer = None, None, None, None
@@ -124,23 +119,10 @@ def fresh(server, monkeypatch):
 
 
 def request(server, api="openai", **values) -> Request:
-    model = values.pop("model_settings", {})
-    return Request(
-        config=AgentConfig(
-            MemorySettings("thread", True, 50_000),
-            ModelSettings(
-                name="big",
-                small="tiny",
-                api=api,
-                base_url=server.url,
-                api_key_env="TEST_MODEL_KEY",
-                **model,
-            ),
-        ),
-        retry=RetryPolicy(attempts=ATTEMPTS, sleep=no_sleep),
-        timeout=values.pop("timeout", 2.0),
-        **values,
-    )
+    model = {"name": "big", "small": "tiny", **values.pop("model_settings", {})}
+    retry = RetryPolicy(attempts=ATTEMPTS, sleep=no_sleep)
+    timeout = values.pop("timeout", 2.0)
+    return compaction_request(server, api, model=model, retry=retry, timeout=timeout, **values)
 
 
 def volume(tmp_path: Path, threads: int = 1) -> Path:

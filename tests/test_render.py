@@ -29,7 +29,7 @@ threads = st.lists(
 memories = st.dictionaries(keys, text, max_size=5)
 
 
-def build(directory: Path, thread_specs, memory_items) -> Path:
+def listing_volume(directory: Path, thread_specs, memory_items) -> Path:
     w = VolumeWriter(directory / "agent.db")
     for n, (key, turns, archived) in enumerate(thread_specs):
         s = w.thread(f"{key}#{n}", status="archived" if archived else "active")
@@ -52,7 +52,7 @@ LISTINGS = [["sessions", "--status", "all"], ["runs"], ["audit"], ["memories", "
 @example([], {"0": "\r\n"})  # a CSV field keeps its line break as written
 def test_random_volumes_render_and_parse_back(run_cli_factory, thread_specs, memory_items):
     with tempfile.TemporaryDirectory() as directory:
-        path = build(Path(directory), thread_specs, memory_items)
+        path = listing_volume(Path(directory), thread_specs, memory_items)
         for listing in LISTINGS:
             where = 2 if listing[0] == "memories" else 1
             command = [*listing[:where], path, *listing[where:], "-n", "0"]
@@ -105,7 +105,7 @@ RAW_CONTROL = re.compile(
 )
 
 
-def planted(bad: str) -> dict[str, object]:
+def hostile_fields(bad: str) -> dict[str, object]:
     """What each listed field holds in the hostile volume."""
     return {
         "conversation_key": f"key {bad}",
@@ -125,7 +125,7 @@ def planted(bad: str) -> dict[str, object]:
 
 def hostile_volume(directory: Path, bad: str) -> Path:
     """`bad` in every text field the listings show."""
-    p = planted(bad)
+    p = hostile_fields(bad)
     w = VolumeWriter(directory / "agent.db", name=f"agent {bad}")
     s = w.thread(p["conversation_key"], channel=p["channel"])
     w.message(s, "user", p["content"])
@@ -176,7 +176,7 @@ def test_machine_formats_keep_the_text_exactly(run_cli_factory, hostile, templat
     command = _command(template, path, bad)
     rows = json.loads(run_cli_factory(*command, "--json").stdout)
     for field in fields:
-        assert planted(bad)[field] in [row[field] for row in rows], field
+        assert hostile_fields(bad)[field] in [row[field] for row in rows], field
     nl = [json.loads(line) for line in run_cli_factory(*command, "--nl").stdout.splitlines()]
     assert nl == rows
     flat_rows = [{k: flat(v) for k, v in row.items()} for row in rows]
@@ -187,7 +187,7 @@ def test_machine_formats_keep_the_text_exactly(run_cli_factory, hostile, templat
 
 def test_memory_values_are_exact_in_json_and_export(run_cli_factory, hostile):
     path, bad = hostile
-    key, value = planted(bad)["key"], planted(bad)["value"]
+    key, value = hostile_fields(bad)["key"], hostile_fields(bad)["value"]
     exported = json.loads(run_cli_factory("memories", "export", path).stdout)
     assert (exported["key"], exported["value"]) == (key, value)
     assert run_cli_factory("memories", "get", path, key).stdout == value  # not a terminal: raw

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import sqlite3
 
 import pytest
 
 from tests.conftest import assert_clean_error
 from tests.support.volumes import VolumeWriter
+from tests.support.volumes import rows as query
 
 
 @pytest.fixture
@@ -21,14 +21,6 @@ def vol(tmp_path):
     w.turn(s, 2, tool=True)
     w.close()
     return {"path": w.path, "session": s, "run": run}
-
-
-def query(path, sql, *params):
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
 
 
 def test_new_archives_the_thread_and_starts_an_empty_one(vol, run_cli):

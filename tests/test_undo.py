@@ -12,40 +12,22 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import examples
-from tests.support.model_server import ModelServer
+from tests.support.fixtures import compaction_request
 from tests.support.volumes import VolumeWriter, due_thread, table_dump, undo_in
 from volumetool.compaction.run import Request, compact
 from volumetool.compaction.store import thread_due
 from volumetool.errors import ProblemsFound
 from volumetool.model_client import RetryPolicy
-from volumetool.settings import AgentConfig, MemorySettings, ModelSettings
+from volumetool.settings import MemorySettings
 
-KEY = "sk-undo-0123456789abcdefghijklmnop"
 ON = MemorySettings("thread", True, 50_000)
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ModelServer() as s:
-        yield s
-
-
-@pytest.fixture(scope="module", autouse=True)
-def key():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("UNDO_KEY", KEY)
-        yield
+pytestmark = [pytest.mark.shared_server, pytest.mark.usefixtures("model_key")]
 
 
 def request(server, **values) -> Request:
-    return Request(
-        config=AgentConfig(
-            ON, ModelSettings(name="m", small="s", base_url=server.url, api_key_env="UNDO_KEY")
-        ),
-        retry=RetryPolicy(attempts=1),
-        min_fold_tokens=0,
-        **values,
-    )
+    return compaction_request(server, retry=RetryPolicy(attempts=1), min_fold_tokens=0, **values)
 
 
 def state(path: Path, session: int) -> tuple:

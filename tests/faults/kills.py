@@ -33,6 +33,7 @@ from pathlib import Path
 
 from tests.reliability import RELIABILITY, hostile_section
 from tests.support.agent import verify as verify_agent
+from tests.support.fixtures import KEY, THREAD_MEMORY, write_config
 from tests.support.legacy import write_legacy
 from tests.support.model_server import ModelServer
 from tests.support.volumes import VolumeWriter, due_thread
@@ -40,7 +41,6 @@ from tests.support.volumes import VolumeWriter, due_thread
 ROOT = Path(__file__).resolve().parents[2]
 VT = [sys.executable, "-m", "volumetool"]
 AGENT = [sys.executable, "-m", "tests.support.agent"]
-KEY = "sk-faults-0123456789abcdefghijkl"
 FULL_TRIALS = 200  # what RELIABILITY.md reports; a shorter run never overwrites it
 STATES = ("old", "new", "between", "mixed", "corrupt")
 
@@ -222,11 +222,8 @@ class Compact(KillPath):
         for key in self.agent_keys:
             due_thread(w, key, turns=12)
         w.close()
-        (directory / "agent.yaml").write_text(
-            "model:\n  name: big\n  small: small\n"
-            f"  base_url: {self.server.url}\n  api_key_env: TEST_MODEL_KEY\n"
-            "memory:\n  scope: thread\n  compact_at_tokens: 50000\n"
-        )
+        config = directory / "agent.yaml"
+        write_config(config, self.server, None, "small", THREAD_MEMORY, "big", agent=None)
 
     def command(self, directory: Path) -> list[object]:
         return [

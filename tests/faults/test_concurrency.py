@@ -13,18 +13,13 @@ import pytest
 
 from tests.faults.kills import ROOT, VT
 from tests.support.agent import assert_all_ran_beside_it
-from tests.support.model_server import ModelServer
+from tests.support.fixtures import KEY, THREAD_MEMORY, write_config
 from tests.support.volumes import VolumeWriter, due_thread
 
-KEY = "sk-concurrency-0123456789abcdefgh"
 NO_GATE = ("--min-retention", "0")  # the summary is a placeholder: no quality gate
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ModelServer(latency=0.1) as s:
-        s.summary = "Summary."
-        yield s
+pytestmark = pytest.mark.shared_server(latency=0.1, summary="Summary.")
 
 
 def volume(tmp_path, journal: str):
@@ -43,10 +38,7 @@ def volume(tmp_path, journal: str):
 @pytest.mark.parametrize("journal", ["wal", "delete"])
 def test_nothing_the_agent_writes_is_lost_and_nobody_is_locked_out(tmp_path, server, journal):
     path, keys = volume(tmp_path, journal)
-    (tmp_path / "agent.yaml").write_text(
-        f"model:\n  name: big\n  small: small\n  base_url: {server.url}\n"
-        "  api_key_env: TEST_MODEL_KEY\nmemory:\n  scope: thread\n  compact_at_tokens: 50000\n"
-    )
+    write_config(tmp_path / "agent.yaml", server, None, "small", THREAD_MEMORY, "big", agent=None)
     with open(tmp_path / "in.jsonl", "w") as out:
         for n in range(5_000):
             out.write(json.dumps({"key": f"imported.{n}", "value": f"v{n}"}) + "\n")

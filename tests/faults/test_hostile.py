@@ -20,7 +20,7 @@ from tests.support.legacy import write_legacy
 from tests.support.volumes import VolumeWriter, file_digest, table_dump
 
 
-def build(directory: Path) -> Path:
+def busy_volume(directory: Path) -> Path:
     w = VolumeWriter(directory / "agent.db")
     for t in range(20):
         s = w.thread(f"k{t}")
@@ -84,7 +84,7 @@ def damage(path: Path, how: str) -> None:
 @pytest.mark.parametrize("how", ["truncated", "zero-filled pages"])
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
 def test_damaged_files(tmp_path, how, command):
-    path = build(tmp_path)
+    path = busy_volume(tmp_path)
     sqlite3.connect(path).execute("PRAGMA journal_mode = DELETE").close()
     (tmp_path / "in.jsonl").write_text(json.dumps({"key": "a", "value": "b"}) + "\n")
     damage(path, how)
@@ -142,7 +142,7 @@ def read_only(directory: Path):
 def test_a_read_only_volume(tmp_path, journal):
     directory = tmp_path / "vol"
     directory.mkdir()
-    path = build(directory)
+    path = busy_volume(directory)
     sqlite3.connect(path).execute(f"PRAGMA journal_mode = {journal}").close()
     before = file_digest(path)
     with read_only(directory):
@@ -177,7 +177,7 @@ def full_disk(limit: int):
 
 
 def test_a_full_disk_changes_nothing(tmp_path):
-    path = build(tmp_path)
+    path = busy_volume(tmp_path)
     with open(tmp_path / "in.jsonl", "w") as out:
         for n in range(20_000):
             out.write(json.dumps({"key": f"new.{n}", "value": "x" * 100}) + "\n")
@@ -234,7 +234,7 @@ os._exit(0)  # die mid-transaction: a hot journal stays behind
 
 
 def test_a_hot_journal_left_by_a_crashed_writer(tmp_path):
-    path = build(tmp_path)
+    path = busy_volume(tmp_path)
     sqlite3.connect(path).execute("PRAGMA journal_mode = DELETE").close()
     before = table_dump(path)
     subprocess.run([sys.executable, "-c", CRASH_MID_WRITE, str(path)], check=True)
@@ -307,8 +307,8 @@ HOSTILE_WRITES = [
 ]
 
 
-def planted(directory: Path, plant: str) -> Path:
-    path = build(directory)
+def planted_volume(directory: Path, plant: str) -> Path:
+    path = busy_volume(directory)
     conn = sqlite3.connect(path)
     conn.executescript(PLANTS[plant][0])
     conn.close()
@@ -327,7 +327,7 @@ def plant_dump(path: Path) -> dict:
 @pytest.mark.parametrize("command", HOSTILE_READS, ids=lambda c: " ".join(c[:2]))
 @pytest.mark.parametrize("plant", PLANTS)
 def test_reads_of_a_planted_file_warn_on_one_line_and_read_on(tmp_path, run_cli, plant, command):
-    path = planted(tmp_path, plant)
+    path = planted_volume(tmp_path, plant)
     before = plant_dump(path)
     result = run_cli(*expand(command, path))
     assert result.exit_code == 0, result
@@ -342,7 +342,7 @@ def test_reads_of_a_planted_file_warn_on_one_line_and_read_on(tmp_path, run_cli,
 @pytest.mark.parametrize("command", HOSTILE_WRITES, ids=lambda c: " ".join(c[:2]))
 @pytest.mark.parametrize("plant", PLANTS)
 def test_writes_to_a_planted_file_are_refused_and_nothing_fires(tmp_path, run_cli, plant, command):
-    path = planted(tmp_path, plant)
+    path = planted_volume(tmp_path, plant)
     before, digest = plant_dump(path), file_digest(path)
     files = sorted(p.name for p in tmp_path.iterdir())
     result = run_cli(*expand(command, path))
@@ -356,7 +356,7 @@ def test_writes_to_a_planted_file_are_refused_and_nothing_fires(tmp_path, run_cl
 
 @pytest.mark.parametrize("plant", PLANTS)
 def test_check_reports_every_planted_object(tmp_path, run_cli, plant):
-    path = planted(tmp_path, plant)
+    path = planted_volume(tmp_path, plant)
     result = run_cli("check", path, "--json")
     assert result.exit_code == 1, result
     found = json.loads(result.stdout)
@@ -384,7 +384,7 @@ def damage_schema(path: Path, how: str) -> None:
 
 @pytest.mark.parametrize("how", ["zeroed", "garbled"])
 def test_a_damaged_schema_is_the_damage_message_and_an_integrity_finding(tmp_path, run_cli, how):
-    path = build(tmp_path)
+    path = busy_volume(tmp_path)
     damage_schema(path, how)
     digest = file_digest(path)
     for command in (*HOSTILE_READS[:3], *HOSTILE_WRITES[:2]):
@@ -402,7 +402,7 @@ def test_a_damaged_schema_is_the_damage_message_and_an_integrity_finding(tmp_pat
 def test_an_index_calling_an_untrusted_function_makes_sqlite_refuse_the_file(tmp_path, run_cli):
     # With trusted_schema off SQLite will not even load a schema whose index calls a function
     # it does not know to be harmless: every command refuses the file, naming the index.
-    path = build(tmp_path)
+    path = busy_volume(tmp_path)
     conn = sqlite3.connect(path)
     conn.execute("CREATE INDEX by_value ON memories (json_quote(value))")
     conn.close()
@@ -418,7 +418,7 @@ def test_an_index_calling_an_untrusted_function_makes_sqlite_refuse_the_file(tmp
     assert file_digest(path) == digest
 
 
-def legacy_file(directory: Path) -> Path:
+def one_thread_legacy_file(directory: Path) -> Path:
     return write_legacy(
         directory / "legacy.db",
         [{"id": 1, "key": "k1", "transcript": [{"role": "user", "content": "hi", "ts": "t"}]}],
@@ -443,7 +443,7 @@ LEGACY_PLANTS = {
 @pytest.mark.parametrize("plant", LEGACY_PLANTS)
 @pytest.mark.parametrize("mode", [[], ["--dry-run"], ["--check"]], ids=["run", "dry-run", "check"])
 def test_migrate_checks_the_0x_shape_before_it_moves_anything(tmp_path, run_cli, plant, mode):
-    path = legacy_file(tmp_path)
+    path = one_thread_legacy_file(tmp_path)
     conn = sqlite3.connect(path)
     conn.executescript(LEGACY_PLANTS[plant][0])
     conn.close()
@@ -467,7 +467,7 @@ def test_a_file_between_migrations_is_compared_with_what_its_migrations_define(
 
     from volumetool.migrations import migrations
 
-    path = legacy_file(tmp_path)
+    path = one_thread_legacy_file(tmp_path)
     db = sqlite_utils.Database(path)
     migrations.apply(db, stop_before="m004_audit_actor")
     db.conn.executescript(plant)

@@ -8,16 +8,11 @@ import subprocess
 import pytest
 
 from tests.faults.kills import FULL_TRIALS, RELIABILITY, ROOT, all_paths, report_path, run_path
-from tests.support.model_server import ModelServer
 
 TRIALS = int(os.environ.get("FAULT_TRIALS", "3"))
 
 
-@pytest.fixture(scope="module")
-def server():
-    with ModelServer(latency=0.05) as s:
-        s.summary = "Summary."
-        yield s
+pytestmark = pytest.mark.shared_server(latency=0.05, summary="Summary.")
 
 
 @pytest.mark.parametrize(

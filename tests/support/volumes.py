@@ -198,6 +198,15 @@ def undo_in(path: Path, key: str):
         conn.close()
 
 
+def rows(path, sql, *params) -> list[tuple]:
+    """The rows `sql` reads from the file at `path`."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
 def table_dump(
     path: Path, tables=("identity", "sessions", "messages", "runs", "audit", "memories")
 ) -> dict[str, list[tuple]]:
