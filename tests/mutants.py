@@ -179,37 +179,12 @@ SINGLES: dict[str, str] = {
         )
         for n in (27, 29, 31, 32)
     },
-    **{
-        name: (
-            "The TLS context the run builds ahead (TlsContext) not built, not passed or not "
-            "used: httpx then builds the same one itself when the client is made (a test "
-            "checks both verify certificates and host names), 50 ms later; `make bench` "
-            "measures that, no test can (the test servers speak plain HTTP)."
-        )
-        for name in (
-            *(f"volumetool.compaction.run.x_compact__mutmut_{n}" for n in (37, 44)),
-            *(f"volumetool.compaction.run.x_summarize_all__mutmut_{n}" for n in (38, 44)),
-            *(f"volumetool.model_client.xǁModelClientǁ__init____mutmut_{n}" for n in (19, 23)),
-        )
-    },
-    "volumetool.model_client.xǁTlsContextǁget__mutmut_1": (
-        "httpcore imported only when the context is already built instead of while it is "
-        "being built: httpx imports it when the client is made either way; only the time of "
-        "the first request differs (20 ms, `make bench`)."
-    ),
     "volumetool.model_client.xǁTrafficǁ__init____mutmut_1": (
         "How long background work yields to a request being written, 0.05 s or 1.05 s: a "
         "tuning constant; that it is a bound is tested with a patience of the test's own "
         "(test_quiet_waits_for_every_request_being_written_but_never_past_its_patience)."
     ),
     "volumetool.model_client.xǁTrafficǁstart__mutmut_4": "None and False are both false.",
-    **{
-        f"volumetool.model_client.xǁTlsContextǁ__init____mutmut_{n}": (
-            "The TLS thread's name left to Python: it is there for people reading a stack "
-            "dump or a profile; nothing reads it."
-        )
-        for n in (3, 5)
-    },
     "volumetool.compaction.run.x_summarize_all__mutmut_81": (
         "A second instead of no time between two threads planned: the same outcomes, later "
         "(`make bench` measures the run's time; tests do not time it)."

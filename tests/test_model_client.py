@@ -1278,40 +1278,18 @@ def test_quiet_waits_for_every_request_being_written_but_never_past_its_patience
     assert idle < 0.05
 
 
-def test_the_tls_context_is_the_one_httpx_builds_and_its_failure_is_raised_where_used(
-    monkeypatch, tmp_path
-):
-    from volumetool.model_client import TlsContext
-
-    context = TlsContext().get()
-    default = httpx.create_ssl_context()
-    assert isinstance(context, ssl.SSLContext)
-    assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
-    assert context.minimum_version == default.minimum_version
-    assert len(context.get_ca_certs()) == len(default.get_ca_certs()) > 0
-    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
-    pending = TlsContext()
-    with pytest.raises(OSError):
-        pending.get()
-
-
-@pytest.mark.parametrize("prepared", [True, False])
-def test_certificates_are_verified_with_or_without_a_prepared_context(prepared):
-    """The client verifies the server's certificate and host name whether the run prepared
-    its TLS context or httpx builds it (read from the transport: no test server speaks TLS),
-    and a prepared context is the one used."""
-    from volumetool.model_client import TlsContext
-
-    tls = TlsContext() if prepared else None
+def test_certificates_are_verified():
+    """The client verifies the server's certificate and host name (read from the transport: no
+    test server speaks TLS)."""
 
     async def go():
         endpoint = Endpoint("openai", "https://api.example.com/v1", "m", KEY, 100, 5.0)
-        async with ModelClient(endpoint, tls=tls) as client:
+        async with ModelClient(endpoint) as client:
             return client._http._transport._pool._ssl_context
 
     context = asyncio.run(go())
     assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
-    assert (context is tls.get()) if tls else len(context.get_ca_certs()) > 0
+    assert len(context.get_ca_certs()) > 0
 
 
 def _repeating_by_every_length(text: str) -> bool:

@@ -12,7 +12,6 @@ that names the method and URL and never the key.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import errno
 import json
@@ -20,7 +19,6 @@ import random
 import re
 import socket
 import ssl
-import threading
 import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -250,35 +248,8 @@ def _trace(written: Callable[[], None]) -> Callable[[str, dict], Awaitable[None]
     return trace
 
 
-class TlsContext:
-    """The TLS context of a run's client, built in a thread from the moment the run knows it
-    will call a model: OpenSSL reads the CA bundle (about 50 ms) without holding the GIL, so
-    that it overlaps reading the config and planning instead of delaying the first request.
-    It is the context httpx builds by default (certifi's bundle, or SSL_CERT_FILE or
-    SSL_CERT_DIR); whatever stops it from being built is raised where it is needed."""
-
-    def __init__(self) -> None:
-        self._built: concurrent.futures.Future[ssl.SSLContext] = concurrent.futures.Future()
-        threading.Thread(target=self._build, name="volumetool-tls").start()
-
-    def _build(self) -> None:
-        try:
-            self._built.set_result(httpx.create_ssl_context())
-        except BaseException as exc:
-            self._built.set_exception(exc)
-
-    def get(self) -> ssl.SSLContext:
-        if not self._built.done():
-            # Meanwhile, import what httpx imports when the client is made (httpcore and h11,
-            # about 20 ms of the GIL) instead of after: OpenSSL does not need the GIL.
-            import httpcore  # noqa: F401
-
-        return self._built.result()
-
-
 class ModelClient:
-    """Summary requests to one endpoint. Tests pass a transport; production uses the network,
-    over `tls` when it is given (else httpx builds the same context itself)."""
+    """Summary requests to one endpoint. Tests pass a transport; production uses the network."""
 
     def __init__(
         self,
@@ -288,7 +259,6 @@ class ModelClient:
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int = 16,
         breaker: Breaker | None = None,
-        tls: TlsContext | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.retry = retry or RetryPolicy()
@@ -296,7 +266,6 @@ class ModelClient:
         self.traffic = Traffic()
         self._http = httpx.AsyncClient(
             transport=transport,
-            verify=tls.get() if tls is not None and transport is None else True,
             timeout=httpx.Timeout(endpoint.timeout),
             limits=httpx.Limits(
                 max_connections=max_connections, max_keepalive_connections=max_connections

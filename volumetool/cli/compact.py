@@ -237,12 +237,10 @@ def compact(
     """
     only_one([flag for flag, on in (("--json", as_json), ("--nl", as_nl)) if on])
     output = "json" if as_json else "nl" if as_nl else None
-    from volumetool.model_client import RetryPolicy, TlsContext
-
-    tls = None if dry_run else TlsContext()  # built while the rest is imported and planned
     from volumetool.compaction.run import OUTCOME_FIELDS, Request
     from volumetool.compaction.run import compact as run
     from volumetool.config import load_config
+    from volumetool.model_client import RetryPolicy
     from volumetool.settings import AgentConfig, MemorySettings
 
     config = (
@@ -290,7 +288,7 @@ def compact(
                 bar.update(1)
 
         outcomes, code = run(
-            shard_volumes(volumes, shard), request, tls=tls, on_planned=planned, on_done=done
+            shard_volumes(volumes, shard), request, on_planned=planned, on_done=done
         )
     if output:
         from volumetool.cli.options import emit

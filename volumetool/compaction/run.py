@@ -61,7 +61,7 @@ from volumetool.compaction.summarize import (
 )
 from volumetool.compaction.unrecorded import Pending, UnrecordedRun, record_kept
 from volumetool.errors import Busy, Interrupted, UnusableInput, VolumetoolError, worst_exit_code
-from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy, TlsContext
+from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy
 from volumetool.providers import PROVIDERS
 from volumetool.render import escape_control, one_line, plural
 from volumetool.settings import AgentConfig, base_url_problem
@@ -709,7 +709,6 @@ async def summarize_all(
     transport: httpx.AsyncBaseTransport | None,
     on_planned: Callable[[int], None],
     on_done: Callable[[Outcome], None],
-    tls: TlsContext | None = None,
     pending: Pending | None = None,
 ) -> list[Outcome]:
     """Each job's outcome, in the order planned. The first `concurrency` calls go out together,
@@ -735,7 +734,6 @@ async def summarize_all(
             transport=transport,
             max_connections=request.concurrency,
             breaker=Breaker(),
-            tls=tls,
         ) as client:
 
             async def one(job: Job) -> Outcome:
@@ -854,13 +852,10 @@ def compact(
     request: Request,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
-    tls: TlsContext | None = None,
     on_planned: Callable[[int], None] = lambda total: None,
     on_done: Callable[[Outcome], None] = lambda outcome: None,
 ) -> tuple[list[Outcome], int]:
-    """Compact every due thread (or the --key thread) of every volume; outcomes and exit code.
-    `tls`: the context a caller started building before it read the config (else the client
-    builds it when it is made)."""
+    """Compact every due thread (or the --key thread) of every volume; outcomes and exit code."""
     check_request(request)
     model, endpoint = resolve_endpoint(request, need_key=not request.dry_run)
     with contextlib.ExitStack() as stack:
@@ -882,7 +877,7 @@ def compact(
                 with settling(pending):
                     done = run_until_stopped(
                         summarize_all(
-                            planner, request, endpoint, transport, on_planned, ended, tls, pending
+                            planner, request, endpoint, transport, on_planned, ended, pending
                         )
                     )
             except KeyboardInterrupt:
