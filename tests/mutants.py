@@ -179,12 +179,6 @@ SINGLES: dict[str, str] = {
         )
         for n in (27, 29, 31, 32)
     },
-    "volumetool.model_client.xǁTrafficǁ__init____mutmut_1": (
-        "How long background work yields to a request being written, 0.05 s or 1.05 s: a "
-        "tuning constant; that it is a bound is tested with a patience of the test's own "
-        "(test_quiet_waits_for_every_request_being_written_but_never_past_its_patience)."
-    ),
-    "volumetool.model_client.xǁTrafficǁstart__mutmut_4": "None and False are both false.",
     "volumetool.compaction.run.x_summarize_all__mutmut_81": (
         "A second instead of no time between two threads planned: the same outcomes, later "
         "(`make bench` measures the run's time; tests do not time it)."

@@ -232,14 +232,9 @@ def test_ctrl_c_while_the_folds_facts_are_still_read_keeps_what_the_call_cost(mo
         reading.wait(5)
         return []
 
-    async def quiet() -> None:
-        return None
-
     monkeypatch.setattr(run, "summarize", summarize)
     monkeypatch.setattr(run, "fold_facts", fold_facts)
-    client = SimpleNamespace(
-        endpoint=SimpleNamespace(model="m"), traffic=SimpleNamespace(quiet=quiet)
-    )
+    client = SimpleNamespace(endpoint=SimpleNamespace(model="m"))
     job = SimpleNamespace(thread=SimpleNamespace(summary=None), plan=SimpleNamespace(fold=()))
 
     async def scenario(presses: int) -> run.Ending:

@@ -1217,67 +1217,6 @@ def test_a_completion_names_its_request():
     assert not isinstance(done, ModelError) and done.request_id == "req_5"
 
 
-def test_a_request_is_traffic_until_its_body_is_written_not_until_its_answer(server):
-    """Background work of a run waits while a request is being written, and only then
-    (httpcore's trace events): once the server has the request and takes its time to answer,
-    the client has nothing on its way out."""
-    from volumetool.model_client import Traffic
-
-    server.latency = 0.5
-    seen: list[tuple[int, float]] = []
-
-    async def go():
-        endpoint = Endpoint("openai", server.url, "m", KEY, max_tokens=100, timeout=5)
-        async with ModelClient(endpoint) as client:
-            assert isinstance(client.traffic, Traffic) and client.traffic.writing == 0
-            call = asyncio.ensure_future(client.complete("system", "user"))
-            await asyncio.sleep(0)
-            seen.append((client.traffic.writing, 0.0))
-            while not server.requests:
-                await asyncio.sleep(0.01)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            await client.traffic.quiet()
-            seen.append((client.traffic.writing, loop.time() - started))
-            assert not call.done()  # the answer is still 0.5 s away
-            await call
-            seen.append((client.traffic.writing, 0.0))
-
-    asyncio.run(go())
-    assert seen[0][0] == 1  # counted from the start of the send
-    assert seen[1][0] == 0 and seen[1][1] < 0.05  # written: quiet at once
-    assert seen[2][0] == 0
-
-
-def test_quiet_waits_for_every_request_being_written_but_never_past_its_patience():
-    from volumetool.model_client import Traffic
-
-    async def go():
-        loop = asyncio.get_running_loop()
-        traffic = Traffic(patience=1.0)
-        first, second = traffic.start(), traffic.start()
-        loop.call_later(0.05, first)
-        loop.call_later(0.1, second)
-        started = loop.time()
-        await traffic.quiet()
-        both = loop.time() - started
-        second()  # once counts: a request written and then ended is not taken off twice
-        assert traffic.writing == 0
-        stuck = traffic.start()
-        started = loop.time()
-        await traffic.quiet()
-        patience = loop.time() - started
-        stuck()
-        started = loop.time()
-        await traffic.quiet()
-        return both, patience, loop.time() - started
-
-    both, patience, idle = asyncio.run(go())
-    assert 0.09 <= both < 0.9  # the second write ended it, not the patience
-    assert 0.99 <= patience < 5.0
-    assert idle < 0.05
-
-
 def test_certificates_are_verified():
     """The client verifies the server's certificate and host name (read from the transport: no
     test server speaks TLS)."""

@@ -956,49 +956,6 @@ def test_the_folds_facts_are_read_one_fold_at_a_time_in_one_thread(server, tmp_p
     assert all(o.retention is not None for o in outcomes)
 
 
-def test_the_first_calls_are_written_before_the_next_thread_is_planned(
-    server, tmp_path, monkeypatch
-):
-    """The first --concurrency calls go out together, and planning the next thread waits
-    until they are written: interleaved, each step of their connections and requests waited
-    for a thread's planning."""
-    from volumetool import model_client
-    from volumetool.compaction import run
-
-    events: list[str] = []
-    consider, start = run._Planner.consider, model_client.Traffic.start
-
-    def planning(self, *args):
-        events.append("plan")
-        return consider(self, *args)
-
-    def sending(self):
-        self.patience = 30.0  # however slow this machine writes, planning waits for it
-        events.append("send")
-        written, once = start(self), []
-
-        def done() -> None:
-            if not once:
-                once.append(True)
-                events.append("written")
-            written()
-
-        return done
-
-    monkeypatch.setattr(run._Planner, "consider", planning)
-    monkeypatch.setattr(model_client.Traffic, "start", sending)
-    server.latency = 0.3
-    try:
-        outcomes, code = compact([str(volume(tmp_path, threads=4))], request(server, concurrency=2))
-    finally:
-        server.latency = 0.0
-    assert code == 0 and len(outcomes) == 4
-    third = [n for n, event in enumerate(events) if event == "plan"][2]
-    assert events[:third].count("plan") == 2, events
-    assert events[:third].count("send") == 2, events
-    assert events[:third].count("written") == 2, events
-
-
 def test_concurrency_above_the_pools_default_is_honoured(server, tmp_path):
     """--concurrency N means N model calls in flight, also past 16 (the HTTP client's own
     default pool size): the connection pool is sized to it."""

@@ -12,7 +12,6 @@ that names the method and URL and never the key.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import json
 import random
@@ -194,60 +193,6 @@ def _event_stream(data: bytes) -> bool:
     return head.startswith((b"data:", b"event:", b"id:", b"retry:", b":"))
 
 
-# The httpcore trace events after which a request is written and only waits for its answer.
-WRITTEN_EVENTS = frozenset(
-    {"http11.send_request_body.complete", "http2.send_request_body.complete"}
-)
-
-
-class Traffic:
-    """The client's requests on their way out, from the start of a send until the request is
-    written (or the send ends). A run's background work (planning the next thread, reading a
-    fold's facts) waits for `quiet` first: interleaved with the loop turns and the GIL that a
-    request being written needs, it held up every first request of a run by a thread's
-    planning or a fold's reading at each step. Never longer than `patience`, so that slow
-    uploads do not starve it."""
-
-    def __init__(self, patience: float = 0.05) -> None:
-        self.patience = patience
-        self.writing = 0
-        self._quiet = asyncio.Event()
-        self._quiet.set()
-
-    def start(self) -> Callable[[], None]:
-        """Count a request going out; the function returned says it is written (once counts)."""
-        self.writing += 1
-        self._quiet.clear()
-        written = False
-
-        def done() -> None:
-            nonlocal written
-            if not written:
-                written = True
-                self.writing -= 1
-                if not self.writing:
-                    self._quiet.set()
-
-        return done
-
-    async def quiet(self) -> None:
-        """Once no request is being written, or `patience` has passed."""
-        if self.writing:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.patience):
-                    await self._quiet.wait()
-
-
-def _trace(written: Callable[[], None]) -> Callable[[str, dict], Awaitable[None]]:
-    """httpcore's trace extension: `written` is called once the request body is sent."""
-
-    async def trace(event: str, info: dict) -> None:
-        if event in WRITTEN_EVENTS:
-            written()
-
-    return trace
-
-
 class ModelClient:
     """Summary requests to one endpoint. Tests pass a transport; production uses the network."""
 
@@ -263,7 +208,6 @@ class ModelClient:
         self.endpoint = endpoint
         self.retry = retry or RetryPolicy()
         self.breaker = breaker or Breaker()
-        self.traffic = Traffic()
         self._http = httpx.AsyncClient(
             transport=transport,
             timeout=httpx.Timeout(endpoint.timeout),
@@ -344,16 +288,12 @@ class ModelClient:
             )
         except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
             raise ModelError(f"invalid URL ({exc})", endpoint_wide=True, where=e.where) from None
-        written = self.traffic.start()
-        request.extensions["trace"] = _trace(written)
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TimeoutException:
             raise self._idle() from None
         except (httpx.HTTPError, OSError) as exc:
             raise connection_failure(exc, e.where) from None
-        finally:
-            written()
         try:
             if _streamed(response):
                 return await self._stream(response)

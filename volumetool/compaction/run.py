@@ -622,7 +622,6 @@ async def summarize_job(
     answered = interrupted = False
 
     async def read_facts() -> list[Fact]:
-        await client.traffic.quiet()  # background work: the requests being written go first
         return await asyncio.get_running_loop().run_in_executor(
             reader, fold_facts, previous, fold, system
         )
@@ -756,23 +755,17 @@ async def summarize_all(
                 on_done(outcome)
                 return outcome
 
-            async def requests_first() -> None:
-                """Planning is background work: the calls go on between two threads planned,
-                and the requests being written go first."""
-                await asyncio.sleep(0)
-                await client.traffic.quiet()
-
             def planning_over() -> None:
                 candidates.close()  # the last snapshot ends: nothing may write while it is open
                 writes.planned.set()
 
             tasks = [asyncio.create_task(one(job)) for job in first]
             try:
-                await requests_first()
+                await asyncio.sleep(0)  # the calls go on between two threads planned
                 for job in candidates:
                     if job is not None:
                         tasks.append(asyncio.create_task(one(job)))
-                    await requests_first()
+                    await asyncio.sleep(0)
                 planning_over()
                 on_planned(len(tasks))
                 return list(await asyncio.gather(*tasks))
