@@ -211,10 +211,11 @@ def main() -> NoReturn:
 
 def end(done: SystemExit) -> NoReturn:
     """End the process as the interpreter would, without its teardown of every module and
-    object, which takes 20-70 ms once a command has run (at the end of a compaction, more than
-    a model call's round trip to a local server): the exit handlers run and the output is
-    flushed, then the process exits with the same code. A thread still running, an exit that is
-    not a number, or output that cannot be flushed take the interpreter's own way."""
+    object, which takes 20-70 ms once a command has run on an idle machine, and after a
+    compaction of 217 threads 110-440 ms on a loaded one (BENCHMARKS.md, issue 32): the exit
+    handlers run and the output is flushed, then the process exits with the same code. A thread
+    still running, an exit that is not a number, or output that cannot be flushed take the
+    interpreter's own way."""
     code = 0 if done.code is None else done.code
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     if not isinstance(code, int) or any(t.is_alive() and not t.daemon for t in others):
