@@ -48,6 +48,75 @@ def test_the_pure_core_imports_no_io_library(module):
     assert imported_by(module) & IO_LIBRARIES == set()
 
 
+def module_path(module: str) -> Path | None:
+    """The source file of a volumetool module (a package's __init__.py), or None."""
+    base = ROOT.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of `tree`, imports inside functions too, but not under `if TYPE_CHECKING:`."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for branch in node.orelse for n in ast.walk(branch))
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def imported_names(module: str) -> set[str]:
+    """Every module `module`'s source imports, wherever the import statement stands."""
+    path = module_path(module)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")
+            base = ".".join(parts[: len(parts) - node.level + 1]) if node.level else ""
+            origin = ".".join(p for p in (base, node.module or "") if p)
+            names.add(origin)
+            names.update(f"{origin}.{alias.name}" for alias in node.names)
+    return names
+
+
+def reached_from(module: str) -> dict[str, str]:
+    """Each module `module` can import, following volumetool's own imports transitively (a
+    module's packages too): {module: the volumetool module that imports it}."""
+    reached, todo = {}, [module]
+    while todo:
+        current = todo.pop()
+        for name in sorted(imported_names(current)):
+            parts = name.split(".")
+            for n in range(1, len(parts) + 1):
+                prefix = ".".join(parts[:n])
+                if prefix in reached or prefix == module:
+                    continue
+                if prefix.startswith("volumetool"):
+                    if module_path(prefix) is None:
+                        continue  # a name imported from a module, not a module
+                    todo.append(prefix)
+                reached[prefix] = current
+    return reached
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_no_import_statement_of_the_pure_core_reaches_an_io_library(module):
+    """The subprocess test above sees only what importing runs; an import inside a function
+    runs later, from a property test too. Every import statement counts here."""
+    reached = reached_from(module)
+    found = {
+        f"{name} (imported by {reached[name]})"
+        for name in reached
+        if name.split(".")[0] in IO_LIBRARIES
+    }
+    assert found == set()
+
+
 def imports_of(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names = set()

@@ -33,7 +33,8 @@ from tests.support.volumes import VolumeWriter, due_thread
 from volumetool.atomic import create_volume
 from volumetool.compaction.run import Outcome
 from volumetool.metrics import Metric, compaction_metrics, exposition
-from volumetool.shard import Shard, in_shard, parse_shard, shard_key
+from volumetool.shard import Shard, in_shard, parse_shard
+from volumetool.volume import shard_key
 
 # The JSON fields of a row, as SPEC section 12 names them.
 ROW = [

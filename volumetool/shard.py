@@ -13,9 +13,8 @@ Symlinks are not followed, so the workers must see the fleet under the same abso
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from volumetool.render import plural
@@ -52,45 +51,11 @@ def parse_shard(text: str) -> Shard:
     return Shard(int(found.group(1)), int(found.group(2)))
 
 
-def shard_key(argument: str | os.PathLike) -> str:
-    """The path a VOLUME argument is sharded by: its agent file (a directory means the agent.db
-    in it), absolute, with `.`, `..` and doubled or trailing slashes normalised away."""
-    from volumetool.volume import resolve
-
-    return str(resolve(os.path.abspath(argument)))
-
-
 def in_shard(key: str, shard: Shard) -> bool:
     """Does the volume at `key` (a `shard_key`) belong to `shard`? Any text hashes, even one
     holding lone surrogates (a file name that is not UTF-8)."""
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") % shard.count == shard.index
-
-
-def select(arguments: Iterable[str], shard: Shard | None) -> list[str]:
-    """The VOLUME arguments of `shard` (all of them without one), in the order given, each
-    volume once: `vol`, `./vol/` and `vol/agent.db`, or a link to it, name one file, and a
-    command given it twice would otherwise do its work twice (a compaction then found the
-    volume lock held by itself)."""
-    chosen, seen = [], set()
-    for argument in arguments:
-        key = shard_key(argument)
-        identity = _identity(key)
-        if identity in seen or (shard is not None and not in_shard(key, shard)):
-            continue
-        seen.add(identity)
-        chosen.append(argument)
-    return chosen
-
-
-def _identity(key: str) -> tuple[int, int] | str:
-    """The file a shard key names (device and inode, whatever the path to it), or the key
-    itself when there is no such file to ask."""
-    try:
-        found = os.stat(key)
-    except (OSError, ValueError):
-        return key
-    return found.st_dev, found.st_ino
 
 
 def note_empty(given: Sequence[str], shard: Shard | None, selected: Sequence[str]) -> str | None:

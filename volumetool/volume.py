@@ -14,7 +14,7 @@ import os
 import sqlite3
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +47,7 @@ from volumetool.format import (
     virtual_module,
 )
 from volumetool.render import plural
+from volumetool.shard import Shard, in_shard
 
 DB_NAME = "agent.db"
 DEFAULT_BUSY_TIMEOUT = 5.0
@@ -605,3 +606,38 @@ def volume_lock(path: Path, wait: float = 0.0) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+# -- which volumes a shard of a fleet run takes (volumetool.shard decides, from the path) --
+
+
+def shard_key(argument: str | os.PathLike) -> str:
+    """The path a VOLUME argument is sharded by: its agent file (a directory means the agent.db
+    in it), absolute, with `.`, `..` and doubled or trailing slashes normalised away."""
+    return str(resolve(os.path.abspath(argument)))
+
+
+def select(arguments: Iterable[str], shard: Shard | None) -> list[str]:
+    """The VOLUME arguments of `shard` (all of them without one), in the order given, each
+    volume once: `vol`, `./vol/` and `vol/agent.db`, or a link to it, name one file, and a
+    command given it twice would otherwise do its work twice (a compaction then found the
+    volume lock held by itself)."""
+    chosen, seen = [], set()
+    for argument in arguments:
+        key = shard_key(argument)
+        identity = _identity(key)
+        if identity in seen or (shard is not None and not in_shard(key, shard)):
+            continue
+        seen.add(identity)
+        chosen.append(argument)
+    return chosen
+
+
+def _identity(key: str) -> tuple[int, int] | str:
+    """The file a shard key names (device and inode, whatever the path to it), or the key
+    itself when there is no such file to ask."""
+    try:
+        found = os.stat(key)
+    except (OSError, ValueError):
+        return key
+    return found.st_dev, found.st_ino

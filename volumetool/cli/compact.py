@@ -309,7 +309,7 @@ def _metrics_destination(metrics_file: str | None, dry_run: bool):
     """Where --metrics-file will be written, checked before the run; None without it."""
     if metrics_file is None:
         return None
-    from volumetool.metrics import check_textfile
+    from volumetool.metrics_file import check_textfile
 
     if dry_run:
         raise click.UsageError("--metrics-file records a real run, not a --dry-run")
@@ -323,7 +323,7 @@ def _record(metrics, outcomes, duration: float, code: int, shard) -> int:
         return code
     from volumetool.cli import show_error
     from volumetool.errors import VolumetoolError, worst_exit_code
-    from volumetool.metrics import record_compaction
+    from volumetool.metrics_file import record_compaction
 
     labels = {"shard": str(shard)} if shard else {}
     try:

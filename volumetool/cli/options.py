@@ -235,7 +235,8 @@ def shard_option(f: Callable | None = None, **extra) -> Callable:
 def shard_volumes(volumes: Sequence[str], shard) -> list[str]:
     """The VOLUME arguments of --shard (all without it), with a note on stderr when the shard
     got none."""
-    from volumetool.shard import note_empty, select
+    from volumetool.shard import note_empty
+    from volumetool.volume import select
 
     selected = select(volumes, shard)
     note = note_empty(volumes, shard, selected)
