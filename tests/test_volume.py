@@ -410,3 +410,40 @@ def test_a_schema_whose_text_is_not_utf8_is_the_damage_message(tmp_path, run_cli
     result = run_cli("check", path, "--json")
     assert result.exit_code == 1, result
     assert [p["check"] for p in json.loads(result.stdout)] == ["integrity"]
+
+
+def test_opening_a_volume_again_keeps_the_locks_of_the_connection_already_open(tmp_path):
+    """POSIX drops a process's locks on a file when it closes any descriptor of it: reading
+    the header again while a connection is open (a search opens its volume twice) let the
+    agent, closing its own connection, think itself the last one and delete the WAL, and the
+    writes after that were lost."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from volumetool.volume import Volume
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = w.thread("telegram:1")
+    w.close()
+    insert = (
+        "INSERT INTO messages (session_id, role, content, created_at)"
+        f" VALUES ({session}, 'user', ?, '2026-01-01T00:00:00Z')"
+    )
+    agent = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+        f" c.execute({insert!r}, ('from the agent',)); c.commit(); c.close()"
+    )
+    with Volume(w.path, readonly=False) as first:
+        with first.snapshot() as conn:
+            conn.execute("SELECT count(*) FROM messages").fetchone()
+        with Volume(w.path, readonly=True):  # the header read again
+            pass
+        subprocess.run([sys.executable, "-c", agent, str(w.path)], check=True)
+        assert Path(f"{w.path}-wal").exists()  # the agent knew it was not the last
+        with first.write() as conn:
+            conn.execute(insert, ("from volumetool",))
+    conn = sqlite3.connect(w.path)
+    contents = [c for (c,) in conn.execute("SELECT content FROM messages ORDER BY id")]
+    assert contents == ["from the agent", "from volumetool"]
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -160,6 +160,10 @@ def check_file(path: Path) -> None:
         raise UnusableInput(f"{path}: {where}", "create one with `volumetool init`")
     if not path.is_file():
         raise UnusableInput(f"{path}: not a regular file")
+    with contextlib.suppress(OSError):
+        found = path.stat()
+        if (found.st_dev, found.st_ino) in _CONNECTED:
+            return  # read when it was opened; reading it again would drop SQLite's locks
     try:
         with path.open("rb") as handle:
             header = handle.read(100)
@@ -214,6 +218,41 @@ def require_current(state: SchemaState, path: Path) -> None:
         raise SchemaMismatch(f"{path}: {what}", f"run: volumetool migrate {path}")
 
 
+# The files this process holds SQLite connections on, by (device, inode): how many. POSIX
+# drops every lock a process holds on a file when it closes any descriptor of that file, so
+# reading one of them with open() (`check_file`) would drop the locks of SQLite's connections
+# on it; an agent closing its own connection would then think itself the last one, and
+# checkpoint and delete the WAL under them (what they write after that is lost).
+_CONNECTED: dict[tuple[int, int], int] = {}
+
+
+class _Connection(sqlite3.Connection):
+    """An SQLite connection counted in `_CONNECTED` while it is open."""
+
+    _file: tuple[int, int] | None = None
+
+    def counted(self, target: Path | str) -> _Connection:
+        with contextlib.suppress(OSError, ValueError):
+            found = os.stat(target)
+            self._file = (found.st_dev, found.st_ino)
+            _CONNECTED[self._file] = _CONNECTED.get(self._file, 0) + 1
+        return self
+
+    def close(self) -> None:
+        self._uncount()
+        super().close()
+
+    def __del__(self) -> None:
+        self._uncount()
+
+    def _uncount(self) -> None:
+        if self._file is not None:
+            left = _CONNECTED.pop(self._file) - 1
+            if left:
+                _CONNECTED[self._file] = left
+            self._file = None
+
+
 def connect(
     target: Path | str,
     *,
@@ -232,11 +271,17 @@ def connect(
             timeout=busy_timeout,
             isolation_level=None,
             check_same_thread=False,
+            factory=_Connection,
         )
     else:
         conn = sqlite3.connect(
-            target, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            target,
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            factory=_Connection,
         )
+    conn.counted(target)
     conn.execute("PRAGMA trusted_schema = OFF")
     return conn
 
