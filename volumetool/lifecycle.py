@@ -492,9 +492,10 @@ def scrub(volume: Volume) -> None:
     stop this for good, each run again failing on it, so it is dropped instead: it is
     volumetool's own copy of the text, which the next search builds again."""
     try:
+        with volume.write() as conn:  # first: a build renamed after it would escape the tidy
+            index.drop_build(conn)
         index.tidy(volume)
         with volume.write() as conn:
-            index.drop_build(conn)
             index.merge_all(conn)
     except Damaged:
         with volume.write() as conn:

@@ -71,10 +71,10 @@ def give_way(conn: sqlite3.Connection, held: float) -> None:
     time.sleep(max(held, GIVE_WAY) - min(time.monotonic() - started, held))
 
 
-def resized(size: int, took: float, most: int) -> int:
-    """The size of the next batch, when one of `size` took `took` seconds: about WORK_SECONDS
+def resized(size: int, took: float, most: int, aim: float = WORK_SECONDS) -> int:
+    """The size of the next batch, when one of `size` took `took` seconds: about `aim` seconds
     of work, between 1 and `most`."""
-    return max(1, min(most, int(size * WORK_SECONDS / max(took, 1e-4))))
+    return max(1, min(most, int(size * aim / max(took, 1e-4))))
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from volumetool.format import (
     INDEX_OBJECTS,
@@ -42,7 +41,7 @@ from volumetool.format import (
     SEARCH_TABLES,
     compare,
 )
-from volumetool.volume import Volume, connect, give_way, read_schema, resized
+from volumetool.volume import Volume, give_way, read_schema, resized
 
 MESSAGES, TEXTS = SEARCH_TABLES
 BUILDS = dict(zip(SEARCH_TABLES, SEARCH_BUILDS, strict=True))  # each table's first build
@@ -389,11 +388,10 @@ def refresh(volume: Volume, found: Pending, progress: Progress | None = None) ->
 # -- a first build: the tokenizing off the write lock ------------------------------------------
 
 FILL = 20_000  # messages FTS5 reads per statement of a first build (progress between them)
-TURN = 0.025  # seconds each write transaction copying a first build aims at
-# The pause after each: an agent that found the lock taken looks again 1, 3, 8, 18 and 33 ms
-# later (SQLite's busy handler, never more than 15 ms apart until then), so a pause of 16 ms
-# after at most 33 ms of copying lets it in within 33 ms, whenever it came.
-GAP = 0.016
+# Seconds of copying each write transaction of a first build aims at (then `give_way`, as
+# long again): a copy is plain rows, so five times prune's work a transaction, which halves
+# the turns the copy takes, still lets an agent's write in within about 33 ms.
+TURN = 0.025
 # The tables of an FTS5 index and their keys, the structure and settings last.
 SHADOWS = (("content", "id"), ("idx", "segid, term"), ("data", "id"), ("config", "k"))
 
@@ -401,80 +399,177 @@ SHADOWS = (("content", "id"), ("idx", "segid, term"), ("data", "id"), ("config",
 def build(volume: Volume, progress: Progress) -> bool:
     """Index every message, summary and memory of a volume that has no index, without holding
     the agent up for longer than a short copy at a time. FTS5 fills the index in a scratch
-    file from one read snapshot (the tokenizing: nearly all the work, and none of it under the
-    volume's write lock); its tables are then copied into the volume under SEARCH_BUILDS in
-    short write transactions, and take their names in a last one. What the agent changed
+    database from one read snapshot (the tokenizing: nearly all the work, and none of it under
+    the volume's write lock); its tables are then copied into the volume under SEARCH_BUILDS
+    in short write transactions, and take their names in a last one. What the agent changed
     since the snapshot is then what any index lacks or holds stale, which `refresh` goes on
-    to set right (and a search never shows: every hit is checked against its row). An erase
-    meanwhile drops the copy (it holds the erased text), and so does an index made meanwhile:
-    then False, and `refresh` indexes everything as it does what any index lacks. A build
-    killed anywhere leaves at most SEARCH_BUILDS, which the next one drops; the scratch file,
-    as large as the index, is in the temporary folder ($TMPDIR)."""
-    with tempfile.TemporaryDirectory(prefix="volumetool-index-") as folder:
-        scratch = Path(folder) / "index.db"
-        count = _fill(volume, scratch, progress)
-        with Volume(volume.path, readonly=False, busy_timeout=volume.busy_timeout) as copier:
-            # Its own connection: the FTS5 tables it creates and fills by hand are never read
-            # through this connection's cache, and are renamed before anyone reads them.
-            copier.conn.execute("PRAGMA secure_delete = ON")
-            copier.conn.execute("ATTACH DATABASE ? AS scratch", (str(scratch),))
-            try:
-                return _copy(copier, count, progress)
-            finally:
-                copier.conn.execute("DETACH DATABASE scratch")
+    to set right (and a search never shows: every hit is checked against its row). The build
+    is given up (False; `refresh` then indexes everything as it does what any index lacks)
+    when an erase came after its snapshot (the copy holds what it erased), when an index was
+    made meanwhile, or when another build took its tables. The scratch database is SQLite's
+    temporary one, deleted from the disk as it is opened: a build killed anywhere leaves at
+    most SEARCH_BUILDS in the volume, which the next one drops."""
+    with Volume(volume.path, readonly=False, busy_timeout=volume.busy_timeout) as copier:
+        # Its own connection: the FTS5 tables it creates and fills by hand are never read
+        # through its cache, and are renamed before anyone reads them.
+        try:
+            return _Build(copier, progress).run()
+        finally:
+            volume.written = volume.written or copier.written
 
 
-def _fill(volume: Volume, scratch: Path, progress: Progress) -> int:
-    """Index in `scratch` everything of one snapshot of the volume; how many messages. The
-    scratch connection reads the volume's tables under their own names (attached)."""
-    conn = connect(scratch, busy_timeout=volume.busy_timeout)
-    try:
-        conn.execute("ATTACH DATABASE ? AS volume", (str(volume.path),))
+class _Build:
+    """One first build of the index: `build`."""
+
+    def __init__(self, copier: Volume, progress: Progress) -> None:
+        self.copier, self.progress = copier, progress
+        self.token = os.urandom(16).hex()  # in the build's tables while it is this one's
+        self.count = self.audited = 0
+
+    def run(self) -> bool:
+        conn = self.copier.conn
+        conn.execute("PRAGMA secure_delete = ON")
+        conn.execute("ATTACH DATABASE '' AS scratch")
+        try:
+            self.fill()
+            return self.copy()
+        finally:
+            conn.execute("DETACH DATABASE scratch")
+
+    def fill(self) -> None:
+        """Index in the scratch database everything of one snapshot of the volume (its tables
+        are read under their own names); count the messages, note the last audit event."""
+        conn = self.copier.conn
         for name in SEARCH_BUILDS:
-            conn.execute(f"CREATE VIRTUAL TABLE main.{name} USING {SEARCH_FTS5}")
-        messages, texts = (f"main.{BUILDS[name]}" for name in SEARCH_TABLES)
-        with volume.translating():
+            conn.execute(f"CREATE VIRTUAL TABLE scratch.{name} USING {SEARCH_FTS5}")
+        messages, texts = (f"scratch.{BUILDS[name]}" for name in SEARCH_TABLES)
+        with self.copier.translating():
             conn.execute("BEGIN")
-            found = pending(conn, use_index=False)
-            add_texts(conn, texts, found.texts)
-            done, top = 0, None
-            while added := add_messages(conn, messages, top, FILL):
-                done += added
-                progress(done, 2 * found.tail)
-                top = _scalar(conn, f"SELECT max(id) FROM {messages}_content")
-            conn.execute("COMMIT")
-        return done
-    finally:
-        conn.close()
+            try:
+                found = pending(conn, use_index=False)
+                add_texts(conn, texts, found.texts)
+                top = None
+                while added := add_messages(conn, messages, top, FILL):
+                    self.count += added
+                    self.progress(self.count, 2 * found.tail)
+                    top = _scalar(conn, f"SELECT max(id) FROM {messages}_content")
+                self.audited = _scalar(conn, "SELECT coalesce(max(id), 0) FROM main.audit")
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
 
-
-def _copy(copier: Volume, count: int, progress: Progress) -> bool:
-    """Copy the scratch index into the volume, about TURN seconds of copying a transaction,
-    and give its tables their names; False when it is given up (see `build`)."""
-    with copier.write() as conn:
-        if index_state(conn) != "absent":
+    def copy(self) -> bool:
+        """Copy the scratch index into the volume, about TURN seconds of copying a
+        transaction (`give_way` after each), and give its tables their names."""
+        if not self.start():
             return False
-        drop_build(conn)  # one a killed build left
+        copied = 0
         for name in SEARCH_BUILDS:
-            conn.execute(f"CREATE VIRTUAL TABLE main.{name} USING {SEARCH_FTS5}")
-    time.sleep(GAP)
-    copied = 0
-    for name in SEARCH_BUILDS:
-        for suffix, key in SHADOWS:
-            for added in _copy_rows(copier, f"{name}_{suffix}", key):
-                if added is None:
-                    return False  # an erase dropped it: it held copies of what it erased
-                if name == BUILDS[MESSAGES] and suffix == "content":
-                    copied += added
-                    progress(count + copied, 2 * count)
-    with copier.write() as conn:
-        if not _has_build(conn) or index_state(conn) != "absent" or not _renamed(conn):
+            for suffix, key in SHADOWS:
+                for added in self.copy_rows(f"{name}_{suffix}", key):
+                    if added is None:
+                        return False
+                    if name == BUILDS[MESSAGES] and suffix == "content":
+                        copied += added
+                        self.progress(self.count + copied, 2 * self.count)
+        return self.finish()
+
+    def start(self) -> bool:
+        """Make the build's tables in the volume, marked as this build's."""
+        with self.copier.write() as conn:
+            if index_state(conn) != "absent":
+                return False
+            drop_build(conn)  # one a killed build left (or another build's, which gives up)
+            for name in SEARCH_BUILDS:
+                conn.execute(f"CREATE VIRTUAL TABLE main.{name} USING {SEARCH_FTS5}")
+            conn.execute(
+                f"INSERT INTO main.{BUILDS[MESSAGES]}_content (id, c0) VALUES (-1, ?)",
+                (self.token,),
+            )
+        give_way(self.copier.conn, 0.0)
+        return True
+
+    def finish(self) -> bool:
+        """Give the copied tables their names, in one transaction."""
+        with self.copier.write() as conn:
+            if not self.wanted(conn):
+                return False
+            conn.execute(f"DELETE FROM main.{BUILDS[MESSAGES]}_content WHERE id = -1")
+            if index_state(conn) != "absent" or not _renamed(conn):
+                drop_build(conn)
+                return False
+            for statement in create_statements():
+                conn.execute(statement)
+            conn.execute(
+                f"UPDATE {SEARCH_STATE} SET value = ? WHERE name = 'messages'", (self.count,)
+            )
+        return True
+
+    def wanted(self, conn: sqlite3.Connection) -> bool:
+        """Whether the build may go on: its tables are still this build's (another build
+        drops them, an erase too), and no erase was committed since its snapshot (an audit
+        event above the one it noted): the copy holds what that erase deleted, which must
+        not come back into the file, even for a while. If not, the tables are dropped."""
+        try:
+            mine = (
+                _scalar(conn, f"SELECT c0 FROM main.{BUILDS[MESSAGES]}_content WHERE id = -1")
+                == self.token
+            )
+        except (sqlite3.OperationalError, TypeError):  # dropped: no table, or no row
+            mine = False
+        if mine and not _scalar(
+            conn,
+            "SELECT EXISTS (SELECT 1 FROM main.audit WHERE id > ? AND event = 'erase')",
+            self.audited,
+        ):
+            return True
+        if mine:
             drop_build(conn)
-            return False
-        for statement in create_statements():
-            conn.execute(statement)
-        conn.execute(f"UPDATE {SEARCH_STATE} SET value = ? WHERE name = 'messages'", (count,))
-    return True
+        return False
+
+    def copy_rows(self, table: str, key: str) -> Iterator[int | None]:
+        """Copy `table` from the scratch index in key order, one write transaction of about
+        TURN seconds at a time, then `give_way`: how many rows each copied; None, and nothing more
+        copied, once the build is not `wanted`."""
+        rows, after = 256, ()
+        while True:
+            with self.copier.write() as conn:
+                started = time.monotonic()
+                wanted = self.wanted(conn)  # (not yielded here: that would hold the lock)
+                if wanted:
+                    last, added = self.copy_turn(conn, table, key, after, rows)
+                took = time.monotonic() - started
+            if not wanted:
+                yield None
+                return
+            give_way(self.copier.conn, took)
+            yield added
+            if last is None:
+                return
+            rows, after = resized(rows, took, rows * 2, aim=TURN), tuple(last)
+
+    @staticmethod
+    def copy_turn(
+        conn: sqlite3.Connection, table: str, key: str, after: tuple, rows: int
+    ) -> tuple[tuple | None, int]:
+        """Copy the next `rows` rows of `table` after the key `after`: the last key copied
+        (None when none is left after them) and how many."""
+        bounds, values = [], list(after)
+        if after:
+            bounds.append(f"({key}) > ({', '.join('?' * len(after))})")
+        last = conn.execute(
+            f"SELECT {key} FROM scratch.{table} {_where(bounds)} ORDER BY {key} LIMIT 1 OFFSET ?",
+            (*values, rows - 1),
+        ).fetchone()
+        if last is not None:
+            bounds.append(f"({key}) <= ({', '.join('?' * len(last))})")
+            values += last
+        added = conn.execute(
+            f"INSERT OR REPLACE INTO main.{table} SELECT * FROM scratch.{table} {_where(bounds)}",
+            values,
+        ).rowcount
+        return last, added
 
 
 def _renamed(conn: sqlite3.Connection) -> bool:
@@ -491,51 +586,8 @@ def _renamed(conn: sqlite3.Connection) -> bool:
     return True
 
 
-def _copy_rows(copier: Volume, table: str, key: str) -> Iterator[int | None]:
-    """Copy `table` from the scratch index in key order, one write transaction of about TURN
-    seconds at a time, then GAP: how many rows each copied; None when the build is gone."""
-    rows, after = 256, ()
-    while True:
-        with copier.write() as conn:
-            started = time.monotonic()
-            if not _has_build(conn):
-                yield None
-                return
-            bounds, values = [], list(after)
-            if after:
-                bounds.append(f"({key}) > ({', '.join('?' * len(after))})")
-            last = conn.execute(
-                f"SELECT {key} FROM scratch.{table} {_where(bounds)} ORDER BY {key}"
-                " LIMIT 1 OFFSET ?",
-                (*values, rows - 1),
-            ).fetchone()
-            if last is not None:
-                bounds.append(f"({key}) <= ({', '.join('?' * len(last))})")
-                values += last
-            added = conn.execute(
-                f"INSERT OR REPLACE INTO main.{table} SELECT * FROM scratch.{table}"
-                f" {_where(bounds)}",
-                values,
-            ).rowcount
-            took = time.monotonic() - started
-        yield added
-        time.sleep(GAP)
-        if last is None:
-            return
-        rows, after = max(16, min(rows * 2, int(rows * TURN / max(took, 1e-4)))), tuple(last)
-
-
 def _where(conditions: list[str]) -> str:
     return f"WHERE {' AND '.join(conditions)}" if conditions else ""
-
-
-def _has_build(conn: sqlite3.Connection) -> bool:
-    """Whether every table of a build is there (an erase drops them)."""
-    return _scalar(
-        conn,
-        "SELECT count(*) FROM main.sqlite_master WHERE type = 'table' AND name IN (?, ?)",
-        *SEARCH_BUILDS,
-    ) == len(SEARCH_BUILDS)
 
 
 DELTA = {MESSAGES: "search_delta_messages", TEXTS: "search_delta_texts"}
