@@ -279,8 +279,11 @@ def test_a_dry_run_listing_is_cut_at_the_limit_but_counts_everything(tmp_path, r
         assert "would prune 11 archived threads" in result.stderr
 
 
-@pytest.mark.parametrize("fmt", [["--csv"], ["--tsv"], ["--nl"], ["--table"], ["--fmt", "grid"]])
+@pytest.mark.parametrize(
+    "fmt", [["--csv"], ["--tsv"], ["--nl"], ["--table"], ["--fmt", "grid"], ["-n", "1"]]
+)
 def test_a_prune_takes_no_listing_format_but_json_and_deletes_nothing_then(tmp_path, run_cli, fmt):
+    # -n is not "prune only N": refused rather than ignored, which deleted every thread.
     path = old_and_new(tmp_path)
     digest = file_digest(path)
     result = run_cli("prune", path, "--archived-before", "2026-11-01", *fmt)

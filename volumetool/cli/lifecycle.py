@@ -216,12 +216,19 @@ def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_t
 
 def _check_prune_format(output: str, tablefmt: str | None, dry_run: bool) -> None:
     """--dry-run lists in every format (a table when none is named); a prune writes its
-    counts with --json and takes no other format (exit 2)."""
+    counts with --json and takes no other format, nor -n (exit 2)."""
     if not dry_run and output != "json" and (tablefmt or format_given()):
         flag = "--fmt" if tablefmt else f"--{output}"
         raise click.UsageError(
             f"{flag} lists the threads a --dry-run would prune; a prune prints what went with"
             " --json"
+        )
+    limit_given = click.get_current_context().get_parameter_source("limit")
+    if not dry_run and limit_given not in (None, click.core.ParameterSource.DEFAULT):
+        # Never taken for "prune only N": a prune deletes every thread WHEN names.
+        raise click.UsageError(
+            "-n cuts the list a --dry-run prints; a prune deletes every archived thread"
+            " last updated before WHEN"
         )
 
 
