@@ -1352,6 +1352,8 @@ def test_a_failed_response_is_an_error_and_a_server_error_is_retried():
         assert (failed.status, failed.retryable, failed.request_id) == (status, retryable, "req_9")
         assert failed.where == f"POST {url}/responses"
         assert (error or {"message": "the response failed"})["message"] in failed.reason
+        # what it reported it spent is kept: a failed call may be billed (SPEC 6)
+        assert (failed.usage.input_tokens, failed.usage.output_tokens) == (120, 7)
     # a response carries "error": null when it did not fail
     completed = answer(200, {}, json.dumps(response()).encode(), "openai-responses")
     assert not isinstance(completed, ModelError) and completed.text == "Summary."
@@ -1428,4 +1430,6 @@ def test_a_failed_stream_and_an_error_event_are_the_servers_errors():
         )
         assert isinstance(error, ModelError) and error.status == status
         assert error.reason == text
+        if events[0]["type"] == "response.failed":  # its usage is kept, as a JSON answer's
+            assert (error.usage.input_tokens, error.usage.output_tokens) == (120, 7)
     assert error.too_long  # a context-length error event: the fold is split (SPEC 6)

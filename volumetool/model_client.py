@@ -28,6 +28,7 @@ from volumetool import __version__
 from volumetool.providers import AUTH_HEADERS, PROVIDERS, Provider
 from volumetool.providers.base import (
     REPEATED,
+    USAGE,
     Completion,
     EventStream,
     Malformed,
@@ -425,10 +426,15 @@ class ModelClient:
     ) -> ModelError:
         """The error of an error body under a 200, or of an error event in a stream: its own
         code, when it gives one, is the status."""
+        payload = dict(payload)
+        spent = payload.pop(USAGE, None)
         message, kind = error_details(json.dumps(payload).encode())
         code = payload["error"].get("code") if isinstance(payload.get("error"), dict) else None
         status = code if isinstance(code, int) and 400 <= code < 600 else response.status_code
-        return self._error(status, message, kind, request_id, response.headers)
+        error = self._error(status, message, kind, request_id, response.headers)
+        if isinstance(spent, Usage):
+            error.usage = spent
+        return error
 
     def _error(
         self,
@@ -472,6 +478,3 @@ def _streamed(response: httpx.Response) -> bool:
     return (
         response.is_success and "text/event-stream" in content_type and coding in ("", "identity")
     )
-
-
-# Finish reasons of an answer cut off at its token limit.

@@ -80,6 +80,11 @@ class Repeated(Malformed):
     """The model writes the same passage over and over: stopped there."""
 
 
+# The key under which an error body a provider makes of a failed answer (`error_of`) carries
+# the usage that answer reported: a failed call may be billed.
+USAGE = "volumetool_usage"
+
+
 def reported_usage(raw: object, prompt: str, output: str) -> Usage:
     """The call's usage from an answer's `usage` object, by the names of its two figures."""
     if not isinstance(raw, dict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from volumetool.providers.base import (
+    USAGE,
     Completion,
     EventStream,
     Malformed,
@@ -71,7 +72,7 @@ class OpenAIResponses(Provider):
 
     def error_of(self, payload: dict) -> dict | None:
         if payload.get("status") == "failed":
-            return failure(payload.get("error"))
+            return failure(payload.get("error"), payload.get("usage"))
         if "output" in payload or "status" in payload:
             return None
         return super().error_of(payload)
@@ -102,9 +103,10 @@ def _finish(payload: dict) -> str | None:
     return status if isinstance(status, str) else None
 
 
-def failure(error: object) -> dict:
+def failure(error: object, usage: object = None) -> dict:
     """The error body a failed response stands for: its code, and the HTTP status the code
-    means (a server error is retried as a 500 is)."""
+    means (a server error is retried as a 500 is); with the usage it reports (`USAGE`), as a
+    failed call may be billed."""
     error = error if isinstance(error, dict) else {}
     code = error.get("code")
     message = error.get("message")
@@ -113,7 +115,8 @@ def failure(error: object) -> dict:
             "message": message if isinstance(message, str) else "the response failed",
             "type": code if isinstance(code, str) else None,
             "code": CODE_STATUS.get(code) if isinstance(code, str) else None,
-        }
+        },
+        USAGE: reported_usage(usage, "input_tokens", "output_tokens"),
     }
 
 
@@ -135,7 +138,9 @@ class ResponseEvents(EventStream):
             return failure(error if isinstance(error, dict) else event)
         if kind == "response.failed":
             response = event.get("response")
-            return failure(response.get("error") if isinstance(response, dict) else None)
+            if not isinstance(response, dict):
+                return failure(None)
+            return failure(response.get("error"), response.get("usage"))
         if isinstance(kind, str) and kind.startswith("response."):
             return None
         return super().error_of(event)
