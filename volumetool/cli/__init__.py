@@ -180,9 +180,9 @@ def cli(debug: bool) -> None:
 
 def _terminated(signum: int, frame) -> None:
     """SIGTERM (`timeout`, systemd, Kubernetes) is taken as Ctrl-C is, wherever it comes: by
-    the SIGINT handler in place (asyncio's while a compaction runs: it cancels the calls, which
-    are then recorded as failed runs), else as KeyboardInterrupt. Only the exit code differs
-    (143: `Interrupted.by`)."""
+    the SIGINT handler in place, else as KeyboardInterrupt. Only the exit code differs (143:
+    `Interrupted.by`). While a compaction's calls run, `compaction.run.run_until_stopped`
+    takes SIGTERM itself: it cancels the calls, which are then recorded as failed runs."""
     Interrupted.by = signal.SIGTERM
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):
