@@ -71,9 +71,10 @@ def give_way(conn: sqlite3.Connection, held: float) -> None:
     time.sleep(max(held, GIVE_WAY) - min(time.monotonic() - started, held))
 
 
-def resized(size: int, took: float, most: int, aim: float = WORK_SECONDS) -> int:
+def resized(size: int, took: float, most: int, aim: float | None = None) -> int:
     """The size of the next batch, when one of `size` took `took` seconds: about `aim` seconds
-    of work, between 1 and `most`."""
+    of work (WORK_SECONDS), between 1 and `most`."""
+    aim = WORK_SECONDS if aim is None else aim
     return max(1, min(most, int(size * aim / max(took, 1e-4))))
 
 
