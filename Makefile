@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := .demo
 
-.PHONY: demo test docs lint format bench real-model faults fuzz golden mutants report-check clean
+.PHONY: demo test test-fast docs lint format bench real-model faults fuzz golden mutants report-check clean
 
 $(READY): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "volumetool needs Python 3.11 or newer")'
@@ -25,6 +25,11 @@ demo: $(READY)
 # One worker a core (pytest-xdist): the suite is mostly subprocesses and SQLite, and halves.
 test: $(READY)
 	$(BIN)/python -m pytest -n auto
+
+# The tests that take no subprocess and no Hypothesis run (marked `slow` otherwise): a
+# quick check while working; `make test` (and CI) still runs everything.
+test-fast: $(READY)
+	$(BIN)/python -m pytest -n auto -m "not slow"
 
 # The docs site: the reference regenerated from the code (docs/generate.py), then the HTML in
 # docs/_build/html, warnings as errors, nothing fetched. tests/test_docs.py checks both.

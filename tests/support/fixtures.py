@@ -23,10 +23,33 @@ PERSISTENT_MEMORY = "  scope: thread\n  persistent: true\n  compact_at_tokens: 5
 THREAD_MEMORY = "  scope: thread\n  compact_at_tokens: 50000\n"
 
 
+# Test files that are mostly subprocesses (a volumetool, an agent, a signal each): `slow`,
+# like every Hypothesis test; `make test-fast` leaves them out, `make test` runs them all.
+SLOW_FILES = (
+    "faults/",
+    "test_backup.py",
+    "test_cli.py",
+    "test_compaction_interrupt.py",
+    "test_docs.py",
+    "test_examples.py",
+    "test_lifecycle.py",
+    "test_migrate.py",
+    "test_report.py",
+)
+
+
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "shared_server(latency=0.0, summary=None): one model server for the module"
     )
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        path = item.path.as_posix()
+        hypothesis = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+        if hypothesis or any(f"/tests/{name}" in path for name in SLOW_FILES):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="module")
