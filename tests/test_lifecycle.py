@@ -409,7 +409,7 @@ def test_prune_commits_in_short_transactions_and_the_agent_writes_between_them(
     until the last."""
     from volumetool import lifecycle
 
-    path = old_and_new(tmp_path, size=450)  # each thread's messages: three chunks
+    path = old_and_new(tmp_path, size=450)
     doomed, messages = doomed_threads(path)
     monkeypatch.setattr(lifecycle, "WORK_SECONDS", 0, raising=False)  # one step each
     [(active,)] = query(path, "SELECT id FROM sessions WHERE status = 'active'")
@@ -430,7 +430,7 @@ def test_prune_commits_in_short_transactions_and_the_agent_writes_between_them(
     result = run_cli("prune", path, "--archived-before", "2026-11-01", "--json")
     agent.close()
     assert result.exit_code == 0, result
-    assert len(seen) > 2 * len(doomed)  # a thread's chunks, then the thread, each a commit
+    assert len(seen) == len(doomed)  # a thread a commit, whole (then one that finds none left)
     for threads_left, messages_left, [event] in seen:
         assert event.pop("finished") is False
         assert event["threads"] == len(doomed) - threads_left
@@ -443,6 +443,47 @@ def test_prune_commits_in_short_transactions_and_the_agent_writes_between_them(
     assert (event["threads"], event["messages"]) == (len(doomed), messages) == (11, 11 * 450)
     assert json.loads(result.stdout)["threads"] == 11
     assert run_cli("check", path).exit_code == 0
+
+
+def test_a_thread_the_agent_makes_active_again_during_a_prune_keeps_every_message(
+    tmp_path, run_cli, monkeypatch
+):
+    """A user comes back to an old archived thread while prune works through the others: the
+    agent makes it active between two of prune's transactions. It must lose nothing (a thread
+    deleted in parts lost its oldest messages): each thread is deleted whole or not at all."""
+    from volumetool import lifecycle
+
+    path = old_and_new(tmp_path, size=450)
+    doomed, _ = doomed_threads(path)
+    before = {s: n for s, n in query(path, "SELECT session_id, count(*) FROM messages GROUP BY 1")}
+    monkeypatch.setattr(lifecycle, "WORK_SECONDS", 0, raising=False)
+    agent = sqlite3.connect(path, timeout=0, isolation_level=None)
+    revived = []
+
+    def user_returns(seconds: float) -> None:
+        if revived:
+            return
+        [(thread,)] = query(
+            path,
+            "SELECT id FROM sessions WHERE status = 'archived' AND updated_at < '2026-11-01'"
+            " ORDER BY updated_at, id LIMIT 1",
+        )
+        agent.execute(
+            "UPDATE sessions SET status = 'active', archived_at = NULL,"
+            " updated_at = '2026-12-01T00:00:00.000Z' WHERE id = ?",
+            (thread,),
+        )
+        revived.append(thread)
+
+    monkeypatch.setattr(lifecycle.time, "sleep", user_returns)
+    assert run_cli("prune", path, "--archived-before", "2026-11-01").exit_code == 0
+    agent.close()
+    [thread] = revived
+    assert query(path, "SELECT count(*) FROM messages WHERE session_id = ?", thread) == [
+        (before[thread],)
+    ]
+    left = {s for (s,) in query(path, "SELECT id FROM sessions")}
+    assert left & doomed == {thread}
 
 
 def test_an_interrupted_prune_says_what_it_deleted_and_the_next_one_finishes_it(
@@ -458,7 +499,7 @@ def test_an_interrupted_prune_says_what_it_deleted_and_the_next_one_finishes_it(
     monkeypatch.setattr(lifecycle, "WORK_SECONDS", 0, raising=False)
     sleep = time.sleep
     turns = []
-    steps = 2 * (450 // getattr(lifecycle, "MESSAGE_CHUNK", 100) + 1) + 1  # two threads, and a bit
+    steps = 2  # two threads
 
     def interrupted(seconds: float) -> None:
         turns.append(seconds)
@@ -499,7 +540,7 @@ def test_a_prune_locked_out_midway_says_what_it_deleted(tmp_path, run_cli, monke
 
     def agent_holds_the_lock(seconds: float) -> None:
         turns.append(seconds)
-        if len(turns) == 20:
+        if len(turns) == 5:
             agent.execute("BEGIN IMMEDIATE")
 
     monkeypatch.setattr(lifecycle.time, "sleep", agent_holds_the_lock)

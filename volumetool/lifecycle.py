@@ -215,9 +215,9 @@ def plan_prune(conn: sqlite3.Connection, before: str) -> Deletion:
 
 
 # A prune works beside the running agent in short write transactions (`volume.WORK_SECONDS`
-# each, then `volume.give_way`), oldest thread first: its messages MESSAGE_CHUNK at a time, then
-# the thread itself.
-MESSAGE_CHUNK = 32
+# each, then `volume.give_way`), oldest thread first, each thread whole in one of them: a thread
+# deleted in parts could be made active again by the agent between two of them, and would then
+# live on without its oldest messages.
 _NEXT_ARCHIVED = _ARCHIVED_BEFORE + " ORDER BY updated_at, id LIMIT 1"
 _NO_DELETION = Deletion(0, 0, 0, 0, 0, 0, 0)
 
@@ -228,25 +228,17 @@ def _added(a: Deletion, b: Deletion) -> Deletion:
 
 def _prune_batch(conn: sqlite3.Connection, before: str) -> tuple[Deletion, bool]:
     """Inside one write transaction: delete archived threads last updated before `before`,
-    oldest first, for about WORK_SECONDS; a thread's messages go MESSAGE_CHUNK at a time, and
-    the thread with the rest of it once they are gone. Returns what went, and whether threads
-    are left to delete."""
+    oldest first, each whole, until WORK_SECONDS have gone. Returns what went, and whether
+    threads are left to delete."""
     started = time.monotonic()
     went = _NO_DELETION
     while True:
         row = conn.execute(_NEXT_ARCHIVED, (before,)).fetchone()
         if row is None:
             return went, False
-        removed = conn.execute(
-            "DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE session_id = ?"
-            " ORDER BY id LIMIT ?)",
-            (row[0], MESSAGE_CHUNK),
-        ).rowcount
-        went = _added(went, Deletion(0, removed, 0, 0, 0, 0, 0))
-        if removed < MESSAGE_CHUNK:
-            _choose(conn, "SELECT ?", (row[0],))
-            went = _added(went, _count(conn))
-            _delete_threads(conn)
+        _choose(conn, "SELECT ?", (row[0],))
+        went = _added(went, _count(conn))
+        _delete_threads(conn)
         if time.monotonic() - started >= WORK_SECONDS:
             return went, True
 
