@@ -524,9 +524,10 @@ def test_metrics_file_records_the_run_atomically_for_the_textfile_collector(
     assert found["volumetool_compact_model_input_tokens", ()] == 2 * server.usage["input"]
     assert found["volumetool_compact_model_output_tokens", ()] == 2 * server.usage["output"]
     after = time.time()
-    # the run's own duration, on the same monotonic clock: no more than the interval measured
-    # around the same in-process run, however loaded the host (not a bound on its time)
-    assert 0 < found["volumetool_compact_duration_seconds", ()] <= elapsed
+    # Containment, not a bound on time: the run's own duration is measured inside the interval
+    # the test measures around the same in-process run, on the same monotonic clock, so however
+    # loaded the host it is no longer, but for the metric's rounding to 3 decimals.
+    assert 0 < found["volumetool_compact_duration_seconds", ()] <= round(elapsed, 3) + 0.001
     success = found["volumetool_compact_last_success_timestamp_seconds", ()]
     assert before - 1 <= success <= after + 1
     assert [p.name for p in textfile.iterdir()] == [target.name]  # no temporary file left
