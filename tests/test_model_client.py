@@ -1395,6 +1395,14 @@ def test_a_streamed_response_is_read_from_its_events():
         "openai-responses",
     )
     assert (read.text, read.finish) == ("Summary.", "max_output_tokens")
+    # an empty output list after the deltas (some servers stream the text and leave it out)
+    read = answer(
+        200,
+        stream,
+        sse(*deltas, {"type": "response.completed", "response": {**bare, "output": []}}),
+        "openai-responses",
+    )
+    assert (read.text, read.finish) == ("Summary.", "completed")
     refusal = [{"type": "response.refusal.delta", "delta": "No."}]
     read = answer(
         200,

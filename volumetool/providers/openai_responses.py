@@ -122,8 +122,8 @@ def failure(error: object, usage: object = None) -> dict:
 
 class ResponseEvents(EventStream):
     """`response.*` events: text deltas as they come (for the repetition check), the whole
-    response from the last event. A stream whose last event carries no output list is read
-    from its deltas."""
+    response from the last event. A stream whose last event carries no output, or an empty
+    output list (as some servers send after streaming the text), is read from its deltas."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -163,7 +163,7 @@ class ResponseEvents(EventStream):
     def payload(self) -> dict:
         if self._response is None:
             return {}
-        if isinstance(self._response.get("output"), list):
+        if self._response.get("output"):  # a non-empty list, or what parse() calls malformed
             return self._response
         content = [{"type": "output_text", "text": self.text}] if self.text else []
         if self._refusal:
