@@ -25,6 +25,7 @@ PURE = (
     "volumetool.usage",
     "volumetool.format",
     "volumetool.render",
+    "volumetool.text",
     "volumetool.conversation",
     "volumetool.compaction.plan",
     "volumetool.compaction.prompt",

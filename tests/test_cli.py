@@ -70,7 +70,7 @@ def test_since_help_names_every_duration_it_takes(run_cli):
 
 
 def test_counts_agree_with_their_nouns():
-    from volumetool.render import plural
+    from volumetool.text import plural
 
     assert [plural(n, "thread") for n in (0, 1, 2)] == ["0 threads", "1 thread", "2 threads"]
     assert plural(1, "summary") == "1 summary" and plural(3, "summary") == "3 summaries"
@@ -83,7 +83,7 @@ def test_counts_agree_with_their_nouns():
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(r"\}[ \w]*[a-z]\((s|es|ies)\)", line)  # `{count} thread(s)`
     ]
-    assert hedged == [], "a count with a hedged plural: use render.plural"
+    assert hedged == [], "a count with a hedged plural: use text.plural"
 
 
 def test_the_tree_reaches_every_subcommand():

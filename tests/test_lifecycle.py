@@ -21,7 +21,7 @@ from tests.test_backup import ROOT, VT, run_vt, vt_env
 from tests.test_search import damage_search_index
 from tests.test_threads import query
 from volumetool.lifecycle import PRUNE_FIELDS
-from volumetool.render import plural
+from volumetool.text import plural
 
 # One token each, lowercase: the search index keeps it whole as a term (after the few first
 # characters it may share with the term before it), so a grep for its tail finds it there too.

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from wcwidth import wcswidth, wcwidth
 
-from volumetool.render import escape_control, json_value
+from volumetool.text import escape_control, json_value
 
 RULE = "──"
 SUMMARY_RULE = "══"

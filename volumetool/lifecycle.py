@@ -47,8 +47,8 @@ from volumetool.errors import (
     VolumetoolError,
 )
 from volumetool.memories import prefix_range
-from volumetool.render import plural
 from volumetool.search import index
+from volumetool.text import plural
 from volumetool.timefmt import now_iso
 from volumetool.usage import total_sql
 from volumetool.volume import WORK_SECONDS, Volume, give_way

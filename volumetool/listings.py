@@ -11,7 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from volumetool.errors import ProblemsFound
-from volumetool.render import json_value, listing_limit
+from volumetool.render import listing_limit
+from volumetool.text import json_value
 from volumetool.threads import active_thread
 from volumetool.usage import total_sql
 from volumetool.volume import Volume

@@ -15,7 +15,8 @@ from typing import BinaryIO
 
 from volumetool import audit
 from volumetool.errors import ProblemsFound, UnusableInput
-from volumetool.render import BIDI_CHARS, CONTROL_CHARS, SURROGATES, listing_limit, plural
+from volumetool.render import listing_limit
+from volumetool.text import BIDI_CHARS, CONTROL_CHARS, SURROGATES, plural
 from volumetool.timefmt import TIMESTAMP_FORM, is_timestamp, now_iso
 
 MEMORY_FIELDS = ("key", "value", "created_at", "updated_at")

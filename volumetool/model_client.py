@@ -37,7 +37,7 @@ from volumetool.providers.base import (
     repeating,
 )
 from volumetool.providers.errors import ModelError, classify, error_details, parse_retry_after
-from volumetool.render import one_line
+from volumetool.text import one_line
 from volumetool.usage import Usage
 
 USER_AGENT = f"volumetool/{__version__}"

@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from volumetool.render import plural
+from volumetool.text import plural
 
 MAX_SHARDS = 1_000_000
 _FORM = re.compile(r"([0-9]{1,20})/([0-9]{1,20})")

@@ -20,7 +20,7 @@ from volumetool.config import (
     looks_like_agent_config,
     read_source,
 )
-from volumetool.render import dumps, escape_control, plural
+from volumetool.text import dumps, escape_control, plural
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 

@@ -46,8 +46,8 @@ from volumetool.format import (
     normalize_sql,
     virtual_module,
 )
-from volumetool.render import plural
 from volumetool.shard import Shard, in_shard
+from volumetool.text import plural
 
 DB_NAME = "agent.db"
 DEFAULT_BUSY_TIMEOUT = 5.0

@@ -138,7 +138,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def _escaped(text: str) -> str:
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
 
     return escape_control(text)
 

@@ -7,7 +7,8 @@ import sys
 import click
 
 from volumetool.cli.options import Group
-from volumetool.render import plural, render_document
+from volumetool.render import render_document
+from volumetool.text import plural
 
 
 @click.group(cls=Group)
@@ -33,7 +34,7 @@ def show(file: str, as_json: bool) -> None:
     """
     from volumetool.config import check_source, read_source
     from volumetool.errors import ProblemsFound, UnusableInput
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
     from volumetool.validation import text_line
 
     try:

@@ -7,7 +7,7 @@ import time
 import click
 
 from volumetool.cli.options import Command, say, volume_argument
-from volumetool.render import plural
+from volumetool.text import plural
 
 
 @click.command(cls=Command, short_help="Create a new, empty agent file.")

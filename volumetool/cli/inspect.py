@@ -27,7 +27,8 @@ from volumetool.cli.options import (
     volume_argument,
     volumes_argument,
 )
-from volumetool.render import Listing, plural, render_document
+from volumetool.render import Listing, render_document
+from volumetool.text import plural
 
 
 def _open(volume: str, busy_timeout: float):
@@ -100,7 +101,7 @@ def _status_of_one(volume: str, as_json: bool, memory, busy_timeout: float) -> N
     if as_json:
         render_document(totals, sys.stdout)
         return
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
 
     for label, value in _totals_lines(totals, word):
         click.echo(f"{label:<14}{escape_control(value)}")  # names come from the volume

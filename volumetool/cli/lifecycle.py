@@ -22,7 +22,8 @@ from volumetool.cli.options import (
     volume_argument,
     wait_option,
 )
-from volumetool.render import Listing, plural, render_document
+from volumetool.render import Listing, render_document
+from volumetool.text import plural
 
 
 def _deletion_line(verb: str, threads: tuple[str, str], done, memories: str = "") -> str:
@@ -226,6 +227,6 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
 
 
 def _quoted(texts) -> str:
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
 
     return ", ".join(escape_control(repr(text)) for text in texts)

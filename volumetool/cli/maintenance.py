@@ -18,7 +18,7 @@ from volumetool.cli.options import (
     volume_argument,
     volumes_argument,
 )
-from volumetool.render import plural
+from volumetool.text import plural
 
 
 @click.command(cls=Command, short_help="A consistent copy of a live agent file.")

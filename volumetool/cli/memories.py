@@ -18,7 +18,7 @@ from volumetool.cli.options import (
     utf8_text,
     volume_argument,
 )
-from volumetool.render import plural
+from volumetool.text import plural
 
 
 @click.group(cls=Group)
@@ -65,7 +65,7 @@ def get(volume, key, busy_timeout) -> None:
       volumetool memories get ./vol deploy_region
     """
     from volumetool.memories import get_memory
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
     from volumetool.volume import Volume
 
     with Volume(volume, busy_timeout=busy_timeout) as vol, vol.translating():
@@ -200,7 +200,7 @@ def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
     """
     from volumetool.errors import UnusableInput
     from volumetool.memories import apply_import, plan_import, stage_import
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
     from volumetool.volume import Volume, open_for_write
 
     opened = (

@@ -66,7 +66,7 @@ def _volume_first(command: click.Command, ctx: click.Context) -> None:
     volume = ctx.params.get("volume")
     if not isinstance(volume, str) or not volume:
         return
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
     from volumetool.volume import is_sqlite_file
 
     later = [
@@ -304,7 +304,7 @@ def utf8_text(ctx: click.Context, param: click.Parameter, value):
     a shell hands bytes that are not UTF-8 over as lone surrogates, which no text in a volume
     holds, so they are a usage error naming the argument (not an encoding error deep in
     SQLite)."""
-    from volumetool.render import SURROGATES, escape_control
+    from volumetool.text import SURROGATES, escape_control
 
     for text in value if isinstance(value, tuple) else [value]:
         if text is not None and re.search(f"[{SURROGATES}]", text):
@@ -317,14 +317,14 @@ def utf8_text(ctx: click.Context, param: click.Parameter, value):
 def say(message: str) -> None:
     """A note for people on stderr, `volumetool: …`. Paths, keys and names in it come from the
     user, the file system or a volume: control characters are escaped (SPEC 4)."""
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
 
     click.echo(f"volumetool: {escape_control(message)}", err=True)
 
 
 def show(line: str) -> None:
     """A line of a report for people on stdout, control characters escaped (SPEC 4)."""
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
 
     click.echo(escape_control(line))
 
@@ -332,7 +332,7 @@ def show(line: str) -> None:
 def ask(question: str) -> None:
     """Ask on stderr whether to go on; stop (click.Abort, exit 1) unless the answer is yes.
     No answer is no: stdin at its end, or closed (a job started with no stdin at all)."""
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
 
     question = escape_control(question)  # it names a key or a path
     if sys.stdin is None or sys.stdin.closed or getattr(sys.stdin, "name", None) == os.devnull:

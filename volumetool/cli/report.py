@@ -14,7 +14,7 @@ from volumetool.cli.options import (
     shard_volumes,
     volumes_argument,
 )
-from volumetool.render import plural
+from volumetool.text import plural
 
 MAX_DAYS = 366
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 import click
 
-from volumetool.render import escape_control
+from volumetool.text import escape_control
 
 DEFAULT_PAGER = "less -FRX"
 _SGR = re.compile(r"\x1b\[[0-9;]*m")

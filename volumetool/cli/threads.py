@@ -12,7 +12,7 @@ from volumetool.cli.options import (
     say,
     volume_argument,
 )
-from volumetool.render import plural
+from volumetool.text import plural
 
 
 @click.group(cls=Group, short_help="/new, /reset and undoing a compaction.")
@@ -139,7 +139,7 @@ def confirmed_write(volume, busy_timeout: float, yes: bool, question, change):
     """Open the volume for writing, ask `question(conn)` (read in a snapshot) unless --yes,
     then make `change(conn)` in one transaction and return what it returns. An unanswered
     prompt (stdin closed, as under cron) changes nothing."""
-    from volumetool.render import escape_control
+    from volumetool.text import escape_control
     from volumetool.volume import open_for_write
 
     with open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol:

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from volumetool.render import plural
 from volumetool.settings import MemorySettings
+from volumetool.text import plural
 
 MIN_LIVE_TURNS = 3
 KEPT_TURNS = 2

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from volumetool.compaction.plan import Message, estimate_text_tokens, estimate_tokens
 from volumetool.providers import PROVIDERS
-from volumetool.render import one_line
+from volumetool.text import one_line
 
 DEFAULT_PROMPT = """\
 You maintain the memory of a long conversation between a user and an AI agent. The older part \

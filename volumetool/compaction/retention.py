@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from volumetool.render import one_line
+from volumetool.text import one_line
 
 if TYPE_CHECKING:
     from volumetool.compaction.plan import Message

@@ -63,8 +63,8 @@ from volumetool.compaction.unrecorded import Pending, UnrecordedRun, record_kept
 from volumetool.errors import Busy, Interrupted, UnusableInput, VolumetoolError, worst_exit_code
 from volumetool.model_client import Breaker, Endpoint, ModelClient, RetryPolicy
 from volumetool.providers import PROVIDERS
-from volumetool.render import escape_control, one_line, plural
 from volumetool.settings import AgentConfig, base_url_problem
+from volumetool.text import escape_control, one_line, plural
 from volumetool.timefmt import iso, now_iso
 from volumetool.usage import Usage
 from volumetool.volume import Volume, open_for_write

@@ -12,8 +12,8 @@ from datetime import datetime
 
 from volumetool import audit
 from volumetool.compaction.plan import Due, Message, RunFact, check_due
-from volumetool.render import plural
 from volumetool.settings import MemorySettings
+from volumetool.text import plural
 from volumetool.threads import find_active
 from volumetool.usage import Usage
 

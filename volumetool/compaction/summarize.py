@@ -28,7 +28,7 @@ from volumetool.model_client import (
     ModelError,
 )
 from volumetool.providers.errors import located
-from volumetool.render import one_line
+from volumetool.text import one_line
 from volumetool.usage import Usage
 
 MAX_HALVINGS = 6  # "prompt too long" answers before giving up: a 64th of the first budget

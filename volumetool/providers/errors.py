@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Mapping
 
-from volumetool.render import one_line
+from volumetool.text import one_line
 from volumetool.usage import Usage
 
 QUOTA_ERRORS = (

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from volumetool.render import escape_control
+from volumetool.text import escape_control
 
 WIDTH = 720  # viewBox units; the page scales the chart to its column
 LEFT, RIGHT, TOP, BOTTOM = 60, 12, 26, 34

@@ -11,7 +11,6 @@ import bisect
 from collections.abc import Sequence
 from datetime import datetime
 
-from volumetool.render import plural
 from volumetool.report.charts import (
     ALERT,
     PLAIN,
@@ -27,6 +26,7 @@ from volumetool.report.charts import (
 )
 from volumetool.report.gather import ThreadSize, VolumeFailure, VolumeReport, by_day
 from volumetool.settings import DEFAULT_THRESHOLD
+from volumetool.text import plural
 from volumetool.timefmt import is_timestamp
 
 DOCTYPE = "<!DOCTYPE html>"  # how every page starts: -o replaces nothing else
