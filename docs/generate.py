@@ -109,7 +109,7 @@ def config_keys(blocks: tuple[str, ...] = ("memory", "model")) -> str:
 
 
 def rules() -> str:
-    from volumetool.config.report import RULES
+    from volumetool.config.findings import RULES
 
     rows = ["| rule | severity | finding |", "|---|---|---|"]
     rows += [

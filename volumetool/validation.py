@@ -51,7 +51,7 @@ class FileResult:
 
 
 @dataclass
-class Report:
+class ValidationResult:
     files: list[FileResult]
     strict: bool = False
     skipped: int = 0  # files that are not agent configs (--only-agent-configs)
@@ -108,25 +108,25 @@ def check_paths(
     max_bytes: int = DEFAULT_MAX_BYTES,
     strict: bool = False,
     only_agent_configs: bool = False,
-) -> Report:
+) -> ValidationResult:
     """Check files as given (a FIFO or /dev/fd/N too), directories recursed, `-` for stdin. A
     directory with no YAML file (or, with only_agent_configs, no agent config) is unreadable:
     a wrong path must not pass CI. With only_agent_configs, files that are not agent configs
     (`looks_like_agent_config`) are skipped: other YAML of a repository."""
-    report = Report([], strict)
+    validation = ValidationResult([], strict)
     for path in paths:
         directory = path != "-" and os.path.isdir(path)
-        checked = len(report.files)
+        checked = len(validation.files)
         for file in directory_files(path) if directory else [path]:
             result = _check_file(file, stdin_name, max_bytes, only_agent_configs)
             if result is None:
-                report.skipped += 1
+                validation.skipped += 1
             else:
-                report.files.append(result)
-        if directory and len(report.files) == checked:
+                validation.files.append(result)
+        if directory and len(validation.files) == checked:
             what = "no agent configs" if only_agent_configs else "no YAML files"
-            report.files.append(FileResult(path, unreadable=what, directory=True))
-    return report
+            validation.files.append(FileResult(path, unreadable=what, directory=True))
+    return validation
 
 
 def _check_file(
@@ -155,24 +155,24 @@ def text_line(f: Finding) -> str:
     )
 
 
-def write_text(report: Report, out: TextIO) -> None:
-    for finding in report.findings:
+def write_text(validation: ValidationResult, out: TextIO) -> None:
+    for finding in validation.findings:
         out.write(text_line(finding) + "\n")
 
 
-def write_json(report: Report, out: TextIO) -> None:
+def write_json(validation: ValidationResult, out: TextIO) -> None:
     document = {
-        "findings": [f.as_dict() for f in report.findings],
+        "findings": [f.as_dict() for f in validation.findings],
         "files": [
             {
                 "file": r.file,
-                "status": r.status(report.strict),
+                "status": r.status(validation.strict),
                 "errors": r.count("error"),
                 "warnings": r.count("warning"),
                 "notes": r.count("note"),
                 **({"reason": r.unreadable} if r.unreadable else {}),
             }
-            for r in report.files
+            for r in validation.files
         ],
     }
     out.write(dumps(document, indent=2) + "\n")
@@ -191,17 +191,17 @@ def _escape_property(text: str) -> str:
 GITHUB_LEVELS = {"error": "error", "warning": "warning", "note": "notice"}
 
 
-def write_github(report: Report, out: TextIO) -> None:
+def write_github(validation: ValidationResult, out: TextIO) -> None:
     """Workflow commands (annotations), then the text lines: GitHub shows only the first ten
     annotations of a step, and the log keeps the rest."""
-    for f in report.findings:
+    for f in validation.findings:
         where = f"{f.path}: " if f.path else ""
         out.write(
             f"::{GITHUB_LEVELS[f.severity]} file={_escape_property(f.file)},line={f.line},"
             f"col={f.column},title={_escape_property(f.rule)}::"
             f"{_escape_data(where + f.message)}\n"
         )
-    write_text(report, out)
+    write_text(validation, out)
 
 
 def _uri(file: str) -> str:
@@ -211,7 +211,7 @@ def _uri(file: str) -> str:
     return quote(name, safe="/:@!$&'()*+,;=-._~")
 
 
-def sarif(report: Report) -> dict:
+def sarif(validation: ValidationResult) -> dict:
     rule_ids = list(RULES)
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
@@ -248,11 +248,11 @@ def sarif(report: Report) -> dict:
                             }
                         ],
                     }
-                    for f in report.findings
+                    for f in validation.findings
                 ],
                 "invocations": [
                     {
-                        "executionSuccessful": not any(r.unreadable for r in report.files),
+                        "executionSuccessful": not any(r.unreadable for r in validation.files),
                     }
                 ],
             }
@@ -260,8 +260,8 @@ def sarif(report: Report) -> dict:
     }
 
 
-def write_sarif(report: Report, out: TextIO) -> None:
-    out.write(dumps(sarif(report), indent=2) + "\n")
+def write_sarif(validation: ValidationResult, out: TextIO) -> None:
+    out.write(dumps(sarif(validation), indent=2) + "\n")
 
 
 WRITERS = {"text": write_text, "json": write_json, "github": write_github, "sarif": write_sarif}

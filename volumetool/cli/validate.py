@@ -68,17 +68,17 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, only_agent_configs, 
 
     if fmt is None:
         fmt = "github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text"
-    report = check_paths(
+    validation = check_paths(
         paths,
         stdin_name=stdin_filename,
         max_bytes=max_bytes or DEFAULT_MAX_BYTES,
         strict=strict,
         only_agent_configs=only_agent_configs,
     )
-    WRITERS[fmt](report, sys.stdout)
-    for result in report.files:
+    WRITERS[fmt](validation, sys.stdout)
+    for result in validation.files:
         if result.unreadable:
             say(result.problem())
     if fmt in ("text", "github"):
-        say(report.summary())
-    sys.exit(report.exit_code)
+        say(validation.summary())
+    sys.exit(validation.exit_code)

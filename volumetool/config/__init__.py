@@ -2,7 +2,7 @@
 with positions, and the effective settings of a file that passes.
 
     nodes     reading composed YAML nodes safely (merge keys, duplicates, the guarded walk)
-    report    the rules, a finding, the findings of one file
+    findings  the rules, a finding, the findings of one file
     keys      the key table: each key's default, schema, description and check
     secret    literal secrets, on every node
     document  one file: bytes, YAML, nodes, blocks; load_config
@@ -18,9 +18,9 @@ from volumetool.config.document import (
     looks_like_agent_config,
     read_source,
 )
+from volumetool.config.findings import RULES, Finding
 from volumetool.config.keys import MEMORY_KEYS, MODEL_KEYS, json_schema
 from volumetool.config.nodes import Loader
-from volumetool.config.report import RULES, Finding
 from volumetool.settings import (
     DEFAULT_THRESHOLD,
     AgentConfig,

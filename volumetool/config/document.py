@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import yaml
 
+from volumetool.config.findings import Finding, Findings
 from volumetool.config.keys import check_memory, check_model
 from volumetool.config.nodes import Loader, Pair, describe, edits, key_path, pairs, walk
-from volumetool.config.report import Finding, Findings
 from volumetool.config.secret import check_secret
 from volumetool.settings import AgentConfig
 

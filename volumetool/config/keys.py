@@ -15,21 +15,21 @@ from dataclasses import dataclass, fields, replace
 
 import yaml
 
+from volumetool.config.findings import spoken
 from volumetool.config.nodes import (
     BOOL,
     FLOAT,
     INT,
     NULL,
     TIMESTAMP,
+    AddFinding,
     Pair,
-    Report,
     describe,
     did_you_mean,
     is_text,
     key_path,
     pairs,
 )
-from volumetool.config.report import spoken
 from volumetool.config.secret import SECRET_KEY, SECRET_VALUE
 from volumetool.providers import PROVIDERS
 from volumetool.settings import (
@@ -60,7 +60,7 @@ class At:
     key: yaml.Node
     path: str
     values: Mapping[str, object]
-    report: Report
+    report: AddFinding
 
     def add(self, where: yaml.Node, rule: str, message: str) -> None:
         self.report(where, rule, message, self.path)
@@ -87,7 +87,9 @@ def table(settings: type, *keys: Key) -> dict[str, Key]:
     return {key.name: replace(key, default=defaults[key.name]) for key in keys}
 
 
-def check_keys(keys: dict[str, Key], found: dict[str, Pair], block: str, report: Report) -> dict:
+def check_keys(
+    keys: dict[str, Key], found: dict[str, Pair], block: str, report: AddFinding
+) -> dict:
     """The block's values: each key's checked value, or its default."""
     values = {name: key.default for name, key in keys.items()}
     for name, key in keys.items():
@@ -242,7 +244,7 @@ MEMORY_KEYS = table(
 )
 
 
-def check_memory(pair: Pair | None, report: Report) -> MemorySettings:
+def check_memory(pair: Pair | None, report: AddFinding) -> MemorySettings:
     if pair is None:
         return MemorySettings()
     key, node = pair
@@ -405,7 +407,7 @@ MODEL_KEYS = table(
 )
 
 
-def check_model(pair: Pair | None, report: Report) -> ModelSettings:
+def check_model(pair: Pair | None, report: AddFinding) -> ModelSettings:
     if pair is None:
         return ModelSettings()
     _, node = pair

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from volumetool.config.report import Where
+from volumetool.config.findings import Where
 
 Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DEPTH = 100
@@ -26,7 +26,7 @@ STR, INT, BOOL, NULL, FLOAT, MERGE, TIMESTAMP = (
 )
 
 Pair = tuple[yaml.Node, yaml.Node]  # (key node, value node)
-Report = Callable[[Where, str, str, str], None]  # (where, rule, message, path)
+AddFinding = Callable[[Where, str, str, str], None]  # (where, rule, message, path)
 
 
 def key_path(parent: str, key: str) -> str:
@@ -100,7 +100,7 @@ def pairs(mapping: yaml.MappingNode, _merging: frozenset[int] = frozenset()) -> 
     return {**merged, **explicit}
 
 
-def check_duplicates(mapping: yaml.MappingNode, path: str, report: Report) -> None:
+def check_duplicates(mapping: yaml.MappingNode, path: str, report: AddFinding) -> None:
     first: dict[str, yaml.Mark] = {}
     for key, _ in mapping.value:
         if not isinstance(key, yaml.ScalarNode) or key.tag == MERGE:
@@ -118,7 +118,7 @@ def check_duplicates(mapping: yaml.MappingNode, path: str, report: Report) -> No
             first[key.value] = key.start_mark
 
 
-def walk(root: yaml.Node, report: Report) -> Iterator[tuple[yaml.Node, yaml.Node | None, str]]:
+def walk(root: yaml.Node, report: AddFinding) -> Iterator[tuple[yaml.Node, yaml.Node | None, str]]:
     """Every node once, as (node, its key node, its path); reports recursive aliases, nesting
     deeper than MAX_DEPTH and duplicate keys."""
     seen: set[int] = set()

@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from volumetool.config.nodes import STR, Report
+from volumetool.config.nodes import STR, AddFinding
 
 SECRET_KEY = re.compile(
     r"^(api[_-]?key|apikey|secret|secret[_-]key|client[_-]secret|password|passwd|"
@@ -21,7 +21,7 @@ SECRET_VALUE = re.compile(
 ENV_REFERENCE = re.compile(r"^(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|env:[A-Za-z_][A-Za-z0-9_]*)$")
 
 
-def check_secret(node: yaml.Node, key: yaml.Node | None, path: str, report: Report) -> None:
+def check_secret(node: yaml.Node, key: yaml.Node | None, path: str, report: AddFinding) -> None:
     """A string under a secret's name (api_key:, token:…) or shaped like a provider's key.
     The message never repeats the value."""
     if not isinstance(node, yaml.ScalarNode) or node.tag != STR or not node.value.strip():
