@@ -4,6 +4,7 @@ escaped), and rendered by headless Chromium where one is installed."""
 
 from __future__ import annotations
 
+import ast
 import itertools
 import os
 import re
@@ -22,8 +23,10 @@ from hypothesis import strategies as st
 
 from tests.conftest import assert_clean_error, examples
 from tests.support.volumes import VolumeWriter, due_thread
+from volumetool.report import page as page_module
 from volumetool.report.charts import compact, nice_ticks
 from volumetool.report.gather import read_volume, window
+from volumetool.report.markup import EMPTY, Html
 from volumetool.report.page import page
 from volumetool.settings import MemorySettings
 from volumetool.volume import Volume
@@ -128,6 +131,108 @@ def test_volume_text_is_escaped_and_shown_as_text(tmp_path, run_cli):
     assert HOSTILE[0] in shown and HOSTILE[1] in shown  # as text, for people to read
     assert "esc\\x1b[31mred\\x07bell\\x00nul" in shown  # controls written as escapes
     assert HOSTILE[3] in shown and "&amp;amp; ]]&gt; &lt;!--" in document
+
+
+def marker(place: str) -> str:
+    """Markup that would be an element with the id inj-PLACE if it reached the page unescaped
+    (every character HTML escapes, and no slash: it names a directory too)."""
+    return f"<b id=\"inj-{place}\" title='&amp;'>"
+
+
+def test_every_text_the_page_shows_is_escaped_wherever_it_is_shown(tmp_path, run_cli, monkeypatch):
+    """Agent name, volume path, conversation key, channel, trigger, a thread's updated_at and
+    the last activity, the config's path, an error line, a schema note and the version: each
+    is in the page as the text it is, and none became markup."""
+    folder = tmp_path / marker("path")
+    folder.mkdir()
+    w = VolumeWriter(folder / "agent.db", name=marker("agent"))
+    w.clock = datetime.now(UTC) - timedelta(days=1)
+    s = due_thread(w, marker("key"), turns=3, tokens=70_000)
+    w.run(s, trigger=marker("trigger"), input_tokens=10, output_tokens=1)
+    w.conn.execute(
+        "UPDATE sessions SET channel = ?, updated_at = ?", (marker("channel"), marker("updated"))
+    )
+    w.conn.execute(
+        f"CREATE TRIGGER [{marker('note')}] AFTER UPDATE ON sessions BEGIN SELECT 1; END"
+    )
+    w.close()
+    broken = tmp_path / marker("error")
+    broken.write_text("not a database")
+    config = tmp_path / marker("config")
+    config.write_text("memory:\n  scope: thread\n")
+    monkeypatch.setattr("volumetool.__version__", marker("version"))
+    out = tmp_path / "report.html"
+    result = run_cli("report", w.path, broken, "--config", config, "-o", out)
+    assert result.exit_code == 2, result  # the file that is no database
+    document = out.read_text(encoding="utf-8")
+    root = parse(document)  # strict HTML5 and well-formed XML: nothing was opened unclosed
+    assert not [e for e in root.iter() if (e.get("id") or "").startswith("inj-")]
+    assert "<b " not in document
+    shown = text_of(root) + " ".join(v for e in root.iter() for v in e.attrib.values())
+    places = ["path", "agent", "key", "channel", "trigger", "updated", "note", "error", "config"]
+    for place in [*places, "version"]:
+        assert marker(place) in shown, place
+    facts = next(d for d in root.iter(f"{XHTML}dl") if d.get("class") == "facts")
+    terms, values = [text_of(t) for t in facts[::2]], [text_of(d) for d in facts[1::2]]
+    named = dict(zip(terms, values, strict=True))
+    assert named["Agent"] == marker("agent") and named["Last activity"] == marker("updated")
+
+
+TAG_OR_ENTITY = re.compile(r"<[A-Za-z/!?]|&#?[A-Za-z0-9]+;")  # markup, not a comparison
+REPORT_MODULES = sorted((Path(page_module.__file__).parent).glob("*.py"))
+
+
+def _called(node: ast.Call) -> str:
+    return node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+
+
+@pytest.mark.parametrize("path", REPORT_MODULES, ids=lambda p: p.name)
+def test_markup_is_made_only_from_string_literals(path):
+    """The page is Html all through, and Html escapes whatever is put into it: markup is made
+    only from a literal in the code (`Html("<p>{}</p>").format(value)`), never around a value
+    (`Html(f"<p>{value}</p>")`, `Html(value)`), never by hand in an f-string; and nothing but
+    report/markup.py reaches MarkupSafe or says it is markup (`__html__`)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _called(node) in ("Html", "Markup"):
+            literal = all(
+                isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args
+            )
+            if node.keywords or len(node.args) > 1 or not literal:
+                found.append(f"line {node.lineno}: {ast.unparse(node)[:70]}")
+        elif isinstance(node, ast.JoinedStr):
+            parts = "".join(str(v.value) for v in node.values if isinstance(v, ast.Constant))
+            if TAG_OR_ENTITY.search(parts):
+                found.append(f"line {node.lineno}: markup in an f-string: {ast.unparse(node)[:60]}")
+        elif isinstance(node, ast.FunctionDef) and node.name in ("__html__", "__html_format__"):
+            found.append(f"line {node.lineno}: {node.name}")
+        elif isinstance(node, ast.ImportFrom | ast.Import) and path.name != "markup.py":
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names]
+            if any(n.split(".")[0] == "markupsafe" for n in names):
+                found.append(f"line {node.lineno}: imports markupsafe")
+    assert found == []
+
+
+def test_a_plain_string_put_into_the_page_is_escaped_never_trusted(tmp_path, monkeypatch):
+    """Whichever way a str meets markup it is text: a part a builder forgot to make Html
+    shows its tags as text rather than opening elements."""
+    raw = "<i>\x1b&amp;\"'"
+    shown = "&lt;i&gt;\\x1b&amp;amp;&quot;&#x27;"
+    assert Html("<p>{}</p>").format(raw) == f"<p>{shown}</p>"
+    assert Html("<p>{:>8}</p>").format("<") == "<p>       &lt;</p>"
+    assert EMPTY.join([raw, Html("<br/>")]) == f"{shown}<br/>"
+    assert Html("<p>") + raw == f"<p>{shown}" and raw + Html("<p>") == f"{shown}<p>"
+    assert Html("<p>%s</p>") % raw == f"<p>{shown}</p>"
+    assert isinstance(Html("<p>{}</p>").format(raw), Html)
+    with Volume(_fixed_volume(tmp_path / "agent.db")) as vol:
+        report = read_volume(vol, MemorySettings(scope="thread"), window(date(2026, 11, 30), 7))
+    monkeypatch.setattr(page_module, "_facts", lambda r: '<dl id="forgotten"><dt>x</dt></dl>')
+    document = page([report], [], NOW, "test", None)
+    root = parse(document)
+    assert root.find(f".//{XHTML}dl") is None
+    assert "&lt;dl id=&quot;forgotten&quot;&gt;&lt;dt&gt;x&lt;/dt&gt;&lt;/dl&gt;" in document
 
 
 def _fixed_volume(path: Path) -> Path:

@@ -1,6 +1,9 @@
 """The report page: one self-contained HTML document (inline CSS and SVG, no script, no
 network), from the figures `gather` read. Pure: the same reports give the same bytes.
 
+The page is `Html` (report/markup.py) all through: every value put into it is escaped unless it
+is markup itself, so volume content reaches the page as text without a call site escaping it.
+
 The markup is also well-formed XML (every element closed, attributes quoted, only the XML
 entities), so that the tests can hold it to an XML parser as well as to an HTML5 one.
 """
@@ -22,9 +25,9 @@ from volumetool.report.charts import (
     hbar_chart,
     pattern_defs,
     swatch,
-    text,
 )
 from volumetool.report.gather import ThreadSize, VolumeFailure, VolumeReport, by_day
+from volumetool.report.markup import EMPTY, Html
 from volumetool.settings import DEFAULT_THRESHOLD
 from volumetool.text import plural
 from volumetool.timefmt import is_timestamp
@@ -35,7 +38,7 @@ TOP_THREADS = 25  # bars in the chart of the threads nearest compaction
 # Bins of the threshold chart, as fractions of the threshold: [low, high).
 FRACTION_BINS = (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0)
 
-CSS = """
+CSS = Html("""
 :root { color-scheme: light; --ink: #1a1a1a; --muted: #5b5b5b; --line: #d0d0d0; }
 * { box-sizing: border-box; }
 body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
@@ -91,7 +94,7 @@ summary { cursor: pointer; color: var(--muted); }
   details:not([open]) { display: none; }
   a { color: inherit; text-decoration: none; }
 }
-"""
+""")
 
 
 def page(
@@ -109,43 +112,47 @@ def page(
         else (reports[0].agent or reports[0].path)
     )
     days = reports[0].days if reports else []
-    head = (
-        f'{DOCTYPE}\n<html lang="en" xmlns="http://www.w3.org/1999/xhtml"><head>'
-        '<meta charset="utf-8"/>'
+    head = Html(
+        '<html lang="en" xmlns="http://www.w3.org/1999/xhtml"><head><meta charset="utf-8"/>'
         '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
-        f'<meta name="generator" content="volumetool {text(version)}"/>'
-        f"<title>volumetool report: {text(subject)}</title>"
-        f"<style>{CSS}</style></head><body>{pattern_defs()}<main>"
-    )
+        '<meta name="generator" content="volumetool {version}"/>'
+        "<title>volumetool report: {subject}</title>"
+        "<style>{css}</style></head><body>{defs}<main>"
+    ).format(version=version, subject=subject, css=CSS, defs=pattern_defs())
     threshold = (
-        f"thresholds from {text(config)}"
+        Html("thresholds from {}").format(config)
         if config
-        else f"threshold {DEFAULT_THRESHOLD:,} input tokens, the default (pass --config for an"
-        " agent's own)"
+        else Html(
+            "threshold {:,} input tokens, the default (pass --config for an agent's own)"
+        ).format(DEFAULT_THRESHOLD)
     )
-    intro = (
-        f"<header><h1>Agent volumes: {text(subject)}</h1>"
-        f'<p class="muted">Read {text(generated.strftime("%Y-%m-%d %H:%M"))} UTC by volumetool'
-        f" {text(version)}. Charts cover the {plural(len(days), 'day')}"
-        + (f" {text(days[0])} to {text(days[-1])}" if days else "")
-        + f" (UTC); {threshold}. {plural(len(reports), 'volume')} read"
-        + (f", {len(failures)} could not be read" if failures else "")
-        + ".</p></header>"
+    intro = Html(
+        '<header><h1>Agent volumes: {subject}</h1><p class="muted">Read {read} UTC by'
+        " volumetool {version}. Charts cover the {days}{span} (UTC); {threshold}. {volumes}"
+        " read{failed}.</p></header>"
+    ).format(
+        subject=subject,
+        read=generated.strftime("%Y-%m-%d %H:%M"),
+        version=version,
+        days=plural(len(days), "day"),
+        span=Html(" {} to {}").format(days[0], days[-1]) if days else EMPTY,
+        threshold=threshold,
+        volumes=plural(len(reports), "volume"),
+        failed=f", {len(failures)} could not be read" if failures else "",
     )
     body = [head, intro]
     body += [_failure_note(f) for f in failures]
     if len(reports) + len(failures) > 1:
         body.append(_fleet(reports, failures))
     body += [_volume(n, r) for n, r in enumerate(reports, 1)]
-    body.append("</main></body></html>\n")
-    return "".join(body)
+    body.append(Html("</main></body></html>\n"))
+    return f"{DOCTYPE}\n{EMPTY.join(body)}"
 
 
-def _failure_note(failure: VolumeFailure) -> str:
-    return (
-        f'<p class="note" role="note"><strong>Not read:</strong> {text(_what(failure))}'
-        f" (exit code {failure.exit_code}).</p>"
-    )
+def _failure_note(failure: VolumeFailure) -> Html:
+    return Html(
+        '<p class="note" role="note"><strong>Not read:</strong> {} (exit code {}).</p>'
+    ).format(_what(failure), failure.exit_code)
 
 
 def _what(failure: VolumeFailure) -> str:
@@ -171,56 +178,63 @@ def _counts(report: VolumeReport) -> dict[str, int]:
     return counts
 
 
-def _fleet(reports: Sequence[VolumeReport], failures: Sequence[VolumeFailure]) -> str:
+def _fleet(reports: Sequence[VolumeReport], failures: Sequence[VolumeFailure]) -> Html:
     rows = []
     for n, r in enumerate(reports, 1):
         counts = _counts(r)
-        tokens = sum(t.tokens for t in r.tokens)
-        ok = sum(c.ok for c in r.compactions)
-        failed = sum(c.failed for c in r.compactions)
         rows.append(
-            f'<tr><td class="key"><a href="#volume-{n}">{text(r.path)}</a></td>'
-            f"<td>{text(r.agent or '(unnamed)')}</td>"
-            f'<td class="n">{r.totals["sessions"]["active"]:,}</td>'
-            f'<td class="n">{counts["due"]:,}</td>'
-            f'<td class="n">{tokens:,}</td>'
-            f'<td class="n">{ok:,} ok, {failed:,} failed</td>'
-            f'<td class="n">{r.totals["file_bytes"]:,}</td><td>read</td></tr>'
+            Html(
+                '<tr><td class="key"><a href="#volume-{n}">{path}</a></td><td>{agent}</td>'
+                '<td class="n">{active:,}</td><td class="n">{due:,}</td>'
+                '<td class="n">{tokens:,}</td><td class="n">{ok:,} ok, {failed:,} failed</td>'
+                '<td class="n">{size:,}</td><td>read</td></tr>'
+            ).format(
+                n=n,
+                path=r.path,
+                agent=r.agent or "(unnamed)",
+                active=r.totals["sessions"]["active"],
+                due=counts["due"],
+                tokens=sum(t.tokens for t in r.tokens),
+                ok=sum(c.ok for c in r.compactions),
+                failed=sum(c.failed for c in r.compactions),
+                size=r.totals["file_bytes"],
+            )
         )
     for f in failures:
         rows.append(
-            f'<tr><td class="key">{text(f.path)}</td><td colspan="6">{text(_what(f))}</td>'
-            f"<td><strong>not read</strong> (exit {f.exit_code})</td></tr>"
+            Html(
+                '<tr><td class="key">{}</td><td colspan="6">{}</td>'
+                "<td><strong>not read</strong> (exit {})</td></tr>"
+            ).format(f.path, _what(f), f.exit_code)
         )
-    return (
+    return Html(
         '<section aria-labelledby="fleet"><h2 id="fleet">Fleet</h2><div class="scroll"><table>'
         '<caption class="muted">One row per volume; figures are for the report\'s days.</caption>'
         '<thead><tr><th scope="col">volume</th><th scope="col">agent</th>'
         '<th scope="col" class="n">active threads</th><th scope="col" class="n">due now</th>'
         '<th scope="col" class="n">tokens</th><th scope="col" class="n">compactions</th>'
         '<th scope="col" class="n">file bytes</th><th scope="col">state</th></tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
-    )
+        "<tbody>{}</tbody></table></div></section>"
+    ).format(EMPTY.join(rows))
 
 
-def _volume(n: int, r: VolumeReport) -> str:
+def _volume(n: int, r: VolumeReport) -> Html:
     vid = f"volume-{n}"
-    title = f"{r.agent or '(unnamed agent)'} — {r.path}"
     parts = [
-        f'<section class="volume" id="{vid}" aria-labelledby="{vid}-h">'
-        f'<h2 id="{vid}-h">{text(title)}</h2>'
+        Html('<section class="volume" id="{vid}" aria-labelledby="{vid}-h">').format(vid=vid),
+        Html('<h2 id="{}-h">{} — {}</h2>').format(vid, r.agent or "(unnamed agent)", r.path),
     ]
-    parts += [f'<p class="note" role="note">{text(note)}</p>' for note in r.notes]
+    parts += [Html('<p class="note" role="note">{}</p>').format(note) for note in r.notes]
     parts.append(_facts(r))
     parts.append(_tokens_figure(vid, r))
     parts.append(_threshold_figure(vid, r))
     parts.append(_compactions_figure(vid, r))
     parts.append(_largest_table(vid, r))
-    parts.append("</section>")
-    return "".join(parts)
+    parts.append(Html("</section>"))
+    return EMPTY.join(parts)
 
 
-def _facts(r: VolumeReport) -> str:
+def _facts(r: VolumeReport) -> Html:
     t = r.totals
     tokens = t["tokens"]
     schema = t["schema"]["version"] or "none"
@@ -244,8 +258,8 @@ def _facts(r: VolumeReport) -> str:
         ("Memories", f"{t['memories']:,}"),
         ("Last activity", t["last_activity"] or "never"),
     ]
-    items = "".join(f"<dt>{text(k)}</dt><dd>{text(v)}</dd>" for k, v in facts)
-    return f'<dl class="facts">{items}</dl>'
+    items = EMPTY.join(Html("<dt>{}</dt><dd>{}</dd>").format(k, v) for k, v in facts)
+    return Html('<dl class="facts">{}</dl>').format(items)
 
 
 def _held(sessions: dict) -> str:
@@ -254,11 +268,11 @@ def _held(sessions: dict) -> str:
     return f" ({held:,} held after undo: compact --key releases)" if held else ""
 
 
-def _legend(entries: Sequence[tuple[int, str]]) -> str:
-    items = "".join(
-        f"<li>{swatch(style)}<span>{text(label)}</span></li>" for style, label in entries
+def _legend(entries: Sequence[tuple[int, str]]) -> Html:
+    items = EMPTY.join(
+        Html("<li>{}<span>{}</span></li>").format(swatch(style), label) for style, label in entries
     )
-    return f'<ul class="legend">{items}</ul>'
+    return Html('<ul class="legend">{}</ul>').format(items)
 
 
 def _trigger_series(r: VolumeReport) -> tuple[list[Series], dict[str, str]]:
@@ -276,7 +290,7 @@ def _trigger_series(r: VolumeReport) -> tuple[list[Series], dict[str, str]]:
     return series, home
 
 
-def _tokens_figure(vid: str, r: VolumeReport) -> str:
+def _tokens_figure(vid: str, r: VolumeReport) -> Html:
     series, home = _trigger_series(r)
     table: dict[str, dict[str, int]] = {day: {} for day in r.days}
     for day, by_trigger in by_day(r.tokens, r.days).items():
@@ -306,24 +320,25 @@ def _tokens_figure(vid: str, r: VolumeReport) -> str:
         label=lambda day: day[5:],
     )
     legend = _legend([(s.style, s.label) for s in series])
-    return (
-        f"<figure><h3>{title}</h3>{chart}{legend}{_tokens_table(r)}"
-        f"<figcaption>{text(desc)}</figcaption></figure>"
+    return Html("<figure><h3>{}</h3>{}{}{}<figcaption>{}</figcaption></figure>").format(
+        title, chart, legend, _tokens_table(r), desc
     )
 
 
-def _tokens_table(r: VolumeReport) -> str:
-    rows = "".join(
-        f'<tr><td>{text(t.day)}</td><td>{text(t.trigger)}</td><td class="n">{t.runs:,}</td>'
-        f'<td class="n">{t.input_tokens:,}</td><td class="n">{t.output_tokens:,}</td></tr>'
+def _tokens_table(r: VolumeReport) -> Html:
+    rows = EMPTY.join(
+        Html(
+            '<tr><td>{}</td><td>{}</td><td class="n">{:,}</td><td class="n">{:,}</td>'
+            '<td class="n">{:,}</td></tr>'
+        ).format(t.day, t.trigger, t.runs, t.input_tokens, t.output_tokens)
         for t in r.tokens
     )
-    return (
+    return Html(
         '<details><summary>The figures</summary><div class="scroll"><table><thead><tr>'
         '<th scope="col">day</th><th scope="col">trigger</th><th scope="col" class="n">runs</th>'
         '<th scope="col" class="n">input tokens</th><th scope="col" class="n">output tokens</th>'
-        f"</tr></thead><tbody>{rows}</tbody></table></div></details>"
-    )
+        "</tr></thead><tbody>{}</tbody></table></div></details>"
+    ).format(rows)
 
 
 def _bins(r: VolumeReport) -> list[tuple[str, float, float, bool]]:
@@ -345,7 +360,7 @@ def _bins(r: VolumeReport) -> list[tuple[str, float, float, bool]]:
     ]
 
 
-def _threshold_figure(vid: str, r: VolumeReport) -> str:
+def _threshold_figure(vid: str, r: VolumeReport) -> Html:
     threshold = r.threshold
     counts = _counts(r)
     figures = [t for t in r.threads if t.figure is not None]
@@ -399,14 +414,21 @@ def _threshold_figure(vid: str, r: VolumeReport) -> str:
             "last input tokens",
         )
         if bars
-        else "<p>No active thread has a reported figure.</p>"
+        else Html("<p>No active thread has a reported figure.</p>")
     )
     legend = _legend([(PLAIN, "under the threshold"), (ALERT, "at or over it")])
-    return (
-        f"<figure><h3>{text(title)}</h3><p>{text(summary)}</p>{distribution}{legend}"
-        f"<h3>{text(top_title)}</h3>{top}<figcaption>Each bar is a thread's last input tokens"
-        f" against the {text(setting)}; the words beside it say what compaction will do."
-        "</figcaption></figure>"
+    return Html(
+        "<figure><h3>{title}</h3><p>{summary}</p>{distribution}{legend}<h3>{top_title}</h3>"
+        "{top}<figcaption>Each bar is a thread's last input tokens against the {setting}; the"
+        " words beside it say what compaction will do.</figcaption></figure>"
+    ).format(
+        title=title,
+        summary=summary,
+        distribution=distribution,
+        legend=legend,
+        top_title=top_title,
+        top=top,
+        setting=setting,
     )
 
 
@@ -432,7 +454,7 @@ def _bar(t: ThreadSize, threshold: int | None) -> Bar:
     )
 
 
-def _compactions_figure(vid: str, r: VolumeReport) -> str:
+def _compactions_figure(vid: str, r: VolumeReport) -> Html:
     days = {c.day: c for c in r.compactions}
     ok = sum(c.ok for c in r.compactions)
     failed = sum(c.failed for c in r.compactions)
@@ -450,10 +472,10 @@ def _compactions_figure(vid: str, r: VolumeReport) -> str:
         + "."
     )
     if not ok + failed + undone:
-        return (
-            f"<figure><h3>Compactions over time</h3><p>{text(summary)}</p>"
+        return Html(
+            "<figure><h3>Compactions over time</h3><p>{}</p>"
             "<p>No compaction ran in these days.</p></figure>"
-        )
+        ).format(summary)
     saved_chart = bar_chart(
         f"{vid}-saved",
         "Tokens saved by compaction, per day",
@@ -479,19 +501,22 @@ def _compactions_figure(vid: str, r: VolumeReport) -> str:
         whole=True,
     )
     legend = _legend([(4, "tokens saved"), (PLAIN, "compactions standing"), (ALERT, "failed")])
-    failures = "".join(
-        f"<li>{text(c.day)}: {c.failed:,} failed</li>" for c in r.compactions if c.failed
+    failures = EMPTY.join(
+        Html("<li>{}: {:,} failed</li>").format(c.day, c.failed) for c in r.compactions if c.failed
     )
-    listed = f"<ul>{failures}</ul>" if failures else "<p>No compaction failed in these days.</p>"
-    return (
-        f"<figure><h3>Compactions over time</h3><p>{text(summary)}</p>{saved_chart}"
-        f"{runs_chart}{legend}{listed}<figcaption>Failed compactions left their threads as"
-        " they were; <code>volumetool audit VOLUME --event compaction --action failed</code>"
-        " says why.</figcaption></figure>"
+    listed = (
+        Html("<ul>{}</ul>").format(failures)
+        if failures
+        else Html("<p>No compaction failed in these days.</p>")
     )
+    return Html(
+        "<figure><h3>Compactions over time</h3><p>{}</p>{}{}{}{}<figcaption>Failed compactions"
+        " left their threads as they were; <code>volumetool audit VOLUME --event compaction"
+        " --action failed</code> says why.</figcaption></figure>"
+    ).format(summary, saved_chart, runs_chart, legend, listed)
 
 
-def _largest_table(vid: str, r: VolumeReport) -> str:
+def _largest_table(vid: str, r: VolumeReport) -> Html:
     columns = (
         ("conversation_key", "conversation key", False),
         ("channel", "channel", False),
@@ -503,8 +528,8 @@ def _largest_table(vid: str, r: VolumeReport) -> str:
         ("compactions", "compactions", True),
         ("updated_at", "updated", False),
     )
-    head = "".join(
-        f'<th scope="col" class="{"n" if numeric else ""}">{text(label)}</th>'
+    head = EMPTY.join(
+        Html('<th scope="col" class="{}">{}</th>').format("n" if numeric else "", label)
         for _, label, numeric in columns
     )
     rows = []
@@ -516,11 +541,13 @@ def _largest_table(vid: str, r: VolumeReport) -> str:
             if key == "updated_at" and is_timestamp(value):
                 shown = f"{value[:10]} {value[11:16]}"
             css = "n" if numeric else {"conversation_key": "key", "updated_at": "when"}.get(key, "")
-            cells.append(f'<td class="{css}">{text(shown)}</td>')
-        rows.append(f"<tr>{''.join(cells)}</tr>")
-    body = "".join(rows) or f'<tr><td colspan="{len(columns)}">No messages.</td></tr>'
-    return (
-        f'<h3 id="{vid}-largest">The largest threads</h3><div class="scroll"><table'
-        f' aria-labelledby="{vid}-largest"><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
-        "</table></div>"
+            cells.append(Html('<td class="{}">{}</td>').format(css, shown))
+        rows.append(Html("<tr>{}</tr>").format(EMPTY.join(cells)))
+    body = EMPTY.join(rows) or Html('<tr><td colspan="{}">No messages.</td></tr>').format(
+        len(columns)
     )
+    return Html(
+        '<h3 id="{vid}-largest">The largest threads</h3><div class="scroll"><table'
+        ' aria-labelledby="{vid}-largest"><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+        "</table></div>"
+    ).format(vid=vid, head=head, body=body)
