@@ -591,7 +591,7 @@ def test_colour_follows_color_and_no_color(choice, tty, env, colour):
 def demo_volume(tmp_path_factory) -> Path:
     """The tour's volume: `volumetool demo ./vol/ --sessions 40`."""
     path = tmp_path_factory.mktemp("demo") / "agent.db"
-    demo.build(path, sessions=40, seed=1)
+    demo.build(path, threads=40, seed=1)
     return path
 
 

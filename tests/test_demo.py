@@ -113,7 +113,7 @@ def demo_digest(path) -> str:
 @pytest.mark.parametrize(("sessions", "seed"), sorted(DEMO_DIGESTS))
 def test_demo_rows_are_the_same_for_the_same_size_and_seed(tmp_path, sessions, seed):
     path = tmp_path / "agent.db"
-    counts = demo.build(path, sessions=sessions, seed=seed)
+    counts = demo.build(path, threads=sessions, seed=seed)
     assert demo_digest(path) == DEMO_DIGESTS[sessions, seed]
     # The counts the command reports are the rows it wrote.
     conn = sqlite3.connect(path)
@@ -128,7 +128,7 @@ def test_demo_rows_are_the_same_for_the_same_size_and_seed(tmp_path, sessions, s
 
 def test_the_agents_compactions_fold_whole_turns_and_never_the_prefix(tmp_path):
     path = tmp_path / "agent.db"
-    demo.build(path, sessions=40, seed=1)
+    demo.build(path, threads=40, seed=1)
     conn = sqlite3.connect(path)
     folding_threads = 0
     for (thread,) in conn.execute("SELECT DISTINCT session_id FROM messages"):

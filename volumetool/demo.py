@@ -166,6 +166,8 @@ def iso_ms(ms: int) -> str:
 
 @dataclass
 class DemoCounts:
+    """The rows written, by table (`sessions`: one a thread)."""
+
     sessions: int = 0
     messages: int = 0
     runs: int = 0
@@ -806,18 +808,18 @@ class _Writer:
             rows.clear()
 
 
-def fill(conn: sqlite3.Connection, sessions: int, seed: int) -> DemoCounts:
+def fill(conn: sqlite3.Connection, threads: int, seed: int) -> DemoCounts:
     """Write a demo agent's threads, runs, audit trail and memories into an empty volume."""
     conversations: list[_Conversation] = []
-    remaining, index = sessions, 0
+    remaining, index = threads, 0
     while remaining > 0:
         pick = random.Random(f"volumetool-demo:{seed}:{index}:threads").random()
-        threads = 2 if remaining >= 2 and (pick < 0.2 or index == 3) else 1
-        conversations.append(_Conversation(seed, index, threads))
-        remaining -= threads
+        its_threads = 2 if remaining >= 2 and (pick < 0.2 or index == 3) else 1
+        conversations.append(_Conversation(seed, index, its_threads))
+        remaining -= its_threads
         index += 1
     streams = [c.batches() for c in conversations]
-    streams.append(_scheduler(seed, sessions * SCHEDULED_RUNS_PER_THREAD))
+    streams.append(_scheduler(seed, threads * SCHEDULED_RUNS_PER_THREAD))
     writer = _Writer(conn)
     conn.execute("PRAGMA cache_size = -65536")
     # Bulk load with the secondary indexes dropped, then rebuild them from their own SQL.
@@ -855,7 +857,7 @@ memory:
 
 def build(
     path: Path,
-    sessions: int = 12,
+    threads: int = 12,
     seed: int = 1,
     name: str = "demo-agent",
     config_out: Path | None = None,
@@ -865,7 +867,7 @@ def build(
 
     def filler(conn: sqlite3.Connection) -> None:
         nonlocal counts
-        counts = fill(conn, sessions, seed)
+        counts = fill(conn, threads, seed)
 
     created = iso_ms(SPAN_START_MS - 86_400_000)
     if config_out is not None:

@@ -75,15 +75,15 @@ def count_messages(conn: sqlite3.Connection, session_id: int) -> int:
 def reset_thread(conn: sqlite3.Connection, key: str) -> tuple[int, int]:
     """/reset: delete the active thread's messages (live and folded) and its summary; runs and
     audit events stay. Returns (thread id, messages deleted). Call in a write txn."""
-    session, _ = active_thread(conn, key)
+    thread_id, _ = active_thread(conn, key)
     ts = now_iso()
-    deleted = conn.execute("DELETE FROM messages WHERE session_id = ?", (session,)).rowcount
-    conn.execute("UPDATE sessions SET summary = NULL, updated_at = ? WHERE id = ?", (ts, session))
+    deleted = conn.execute("DELETE FROM messages WHERE session_id = ?", (thread_id,)).rowcount
+    conn.execute("UPDATE sessions SET summary = NULL, updated_at = ? WHERE id = ?", (ts, thread_id))
     audit.record(
         conn,
         "thread",
         {"action": "reset", "key": key, "messages_deleted": deleted},
-        session_id=session,
+        session_id=thread_id,
         ts=ts,
     )
-    return session, deleted
+    return thread_id, deleted

@@ -67,10 +67,10 @@ class UnrecordedRun:
             return None
         texts = [data.get(k) for k in ("conversation_key", "model", "reason", "started_at")]
         finished = data.get("finished_at")
-        session = data.get("session_id")
+        thread_id = data.get("session_id")
         if not all(isinstance(t, str) for t in texts) or not isinstance(finished, str):
             return None
-        if not isinstance(session, int) or isinstance(session, bool):
+        if not isinstance(thread_id, int) or isinstance(thread_id, bool):
             return None
         key, model, reason, started = texts
         usage = Usage(
@@ -78,7 +78,7 @@ class UnrecordedRun:
             count(data.get("output_tokens")),
             count(data.get("last_input_tokens")),
         )
-        return cls(session, key, model, reason, usage, RunTimes(started, finished))
+        return cls(thread_id, key, model, reason, usage, RunTimes(started, finished))
 
 
 def sidecar(volume_path: Path) -> Path:
@@ -125,15 +125,15 @@ def write_runs(conn: sqlite3.Connection, runs: Iterable[UnrecordedRun]) -> list[
             "SELECT 1 FROM sessions WHERE id = ? AND conversation_key = ?",
             (run.session_id, run.conversation_key),
         ).fetchone()
-        session = run.session_id if there else None
+        thread_id = run.session_id if there else None
         if conn.execute(
             "SELECT 1 FROM runs WHERE trigger = 'compaction' AND session_id IS ? AND error IS ?"
             " AND model IS ? AND started_at IS ? AND finished_at IS ?",
-            (session, run.reason, run.model, times.started_at, times.finished_at),
+            (thread_id, run.reason, run.model, times.started_at, times.finished_at),
         ).fetchone():
             ids.append(None)
             continue
-        thread = Thread(session, run.conversation_key, None, ())  # type: ignore[arg-type]
+        thread = Thread(thread_id, run.conversation_key, None, ())  # type: ignore[arg-type]
         ids.append(record_failure(conn, thread, run.model, run.reason, run.usage, times))
     return ids
 

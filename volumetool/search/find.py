@@ -170,7 +170,7 @@ def _hits(
         where="".join(f" AND {c}" for c in where.clauses),
     )
     marks = (MARK_START, MARK_END, SNIPPET_TOKENS) if "{snippet}" in stream.sql else ()
-    for at, rowid, text, key, session, conversation, role, folded, snippet in conn.execute(
+    for at, rowid, text, key, thread_id, conversation, role, folded, snippet in conn.execute(
         sql, (*marks, query.expression, *where.params)
     ):
         if not holds_literally(query, text, key):
@@ -182,7 +182,7 @@ def _hits(
             rowid,
             text,
             key,
-            session,
+            thread_id,
             conversation,
             role,
             bool(folded),
