@@ -3,7 +3,8 @@ report page, a metrics file) is built under a temporary name in the target direc
 linked into place only when complete (`staged_file`, `publish`), or renamed over the file it
 may replace, so a crash leaves either the old file or a whole new one, and a new file never
 overwrites an existing one (the link fails instead). `create_volume` is `init`'s (and `demo`'s)
-new agent file, made that way.
+new agent file, made that way. What a command's file may replace, and stdout, are
+`output.OutputTarget`'s.
 """
 
 from __future__ import annotations
@@ -21,22 +22,6 @@ from pathlib import Path
 from volumetool.errors import UnusableInput
 from volumetool.timefmt import now_iso
 from volumetool.volume import connect
-
-
-def output_file(text: str, example: str) -> Path | None:
-    """A file to write, as named on the command line (`-o`, DEST): None for `-` (stdout). A
-    directory, or a name that ends in `/`, is unusable: the file would land under a name
-    nobody asked for (`DIR/` read as `DIR`)."""
-    if text == "-":
-        return None
-    path = Path(text)
-    try:
-        directory = text.endswith("/") or path.is_dir()
-    except OSError as exc:  # a name too long, a directory without permission
-        raise UnusableInput(f"{text}: cannot use the name ({exc.strerror or exc})") from None
-    if directory:
-        raise UnusableInput(f"{text}: names a directory", f"name the file, e.g. DIR/{example}")
-    return path
 
 
 def refuse_existing(path: Path) -> None:
@@ -57,39 +42,6 @@ def refuse_side_files(path: Path) -> None:
                 f"{path}: {side.name} is already there and may hold another database's pages",
                 "move it away (or restore its database file), or pick a new path",
             )
-
-
-def replaceable_mode(path: Path, kinds: tuple[bytes, ...], what: str, new_mode: int = 0o600) -> int:
-    """The mode a file written over `path` gets: a new file's (`new_mode`), or that of the
-    file it replaces — which must be empty (it then gets a new file's mode too) or begin as a
-    file of this kind does (`kinds`: its first bytes). A volume, a directory, a device, a
-    symbolic link (the rename would replace the link, not where it points) or any other file
-    named by mistake is refused (exit 2) before anything is written or read past its start."""
-    try:
-        link, exists = path.is_symlink(), path.exists()
-    except OSError as exc:  # a name too long, a directory without permission
-        raise UnusableInput(f"{path}: cannot use the name ({exc.strerror or exc})") from None
-    if link:
-        raise UnusableInput(
-            f"{path}: is a symbolic link; refusing to replace it", f"name the {what}'s file itself"
-        )
-    if not exists:
-        return new_mode
-    if not path.is_file():
-        raise UnusableInput(f"{path}: not a regular file", f"name the {what}'s file")
-    try:
-        with path.open("rb") as existing:
-            start = existing.read(max(len(k) for k in kinds))
-    except OSError as exc:
-        raise UnusableInput(f"{path}: cannot read it ({exc.strerror})") from None
-    if not start:
-        return new_mode
-    if not start.startswith(kinds):
-        raise UnusableInput(
-            f"{path}: exists and is not a {what}; refusing to replace it",
-            f"name a new file, or an earlier {what}",
-        )
-    return os.stat(path).st_mode & 0o777
 
 
 def fsync_directory(directory: Path) -> None:

@@ -13,59 +13,36 @@ import contextlib
 import glob
 import os
 import secrets
-import shutil
 import sqlite3
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
-from volumetool.atomic import dead_stages, remove_stage, stage_owner, stage_prefix, staged_file
-from volumetool.errors import ProblemsFound, UnusableInput
+from volumetool.atomic import dead_stages, remove_stage, stage_owner, stage_prefix
+from volumetool.errors import ProblemsFound
+from volumetool.output import OutputTarget
 from volumetool.volume import Volume
 
 RECORD_KIND = "backup"
 
 
-def backup(volume: Volume, dest: Path) -> Path:
-    """Copy `volume` to `dest` (which must not exist) as one snapshot, check the copy's
-    integrity, and link it into place only then (mode 0600: it holds personal data).
+def backup_target(name: str) -> OutputTarget:
+    """Where `backup VOLUME DEST` writes, checked: a new file (never over anything, mode 0600:
+    it holds personal data), or stdout for `-` (never a terminal)."""
+    return OutputTarget(name, "database", "agent-backup.db", binary=True).check()
+
+
+def backup(volume: Volume, target: OutputTarget) -> int:
+    """Copy `volume` to `target` as one snapshot, check the copy's integrity, and publish it
+    only then (linked into place, or streamed to stdout); returns its size.
 
     The copy is taken in a single step inside one read transaction: in WAL mode the agent keeps
     writing meanwhile, and the copy holds exactly the state at the moment it began.
     """
     remove_killed_backups(volume.path)
-    with _recording_stages(volume.path) as record, staged_file(dest, mode=0o600) as tmp:
+    with _recording_stages(volume.path) as record, target.staged() as tmp:
         record(tmp)
-        _copy(volume, tmp, dest)
-    return dest
-
-
-def backup_to_stream(volume: Volume, out: BinaryIO) -> int:
-    """The same copy, staged in $TMPDIR and then streamed to `out` (for `| zstd`); returns its
-    size. The stage is unlinked before the first byte is written, so nothing is left behind
-    however the stream ends."""
-    remove_killed_backups(volume.path)
-    with _recording_stages(volume.path) as record:
-        try:
-            fd, name = tempfile.mkstemp(prefix=stage_prefix(volume.path.name))
-        except OSError as exc:
-            raise UnusableInput(
-                f"{tempfile.gettempdir()}: cannot stage the copy ({exc.strerror})",
-                "set TMPDIR to a directory with room for it",
-            ) from None
-        os.close(fd)
-        stage = Path(name)
-        try:
-            record(stage)
-            _copy(volume, stage, "-")
-            with open(stage, "rb") as copy:
-                remove_stage(stage)
-                shutil.copyfileobj(copy, out, 1 << 20)
-                out.flush()
-                return os.fstat(copy.fileno()).st_size
-        finally:
-            remove_stage(stage)
+        _copy(volume, tmp, target.name)
+    return target.written
 
 
 def remove_killed_backups(volume_path: Path) -> None:

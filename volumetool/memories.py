@@ -15,6 +15,7 @@ from typing import BinaryIO
 
 from volumetool import audit
 from volumetool.errors import ProblemsFound, UnusableInput
+from volumetool.output import OutputTarget
 from volumetool.render import listing_limit
 from volumetool.text import BIDI_CHARS, CONTROL_CHARS, SURROGATES, plural
 from volumetool.timefmt import TIMESTAMP_FORM, is_timestamp, now_iso
@@ -150,6 +151,16 @@ EXPORT_FORMAT = "volumetool.memories"
 # How an export file begins (JSON Lines, then the JSON document): -o replaces nothing else.
 EXPORT_STARTS = (b'{"key"', b'{"format"')
 EXPORT_VERSION = 1
+
+
+def export_target(name: str) -> OutputTarget:
+    """Where `memories export -o NAME` writes, checked: stdout for `-`; never over a volume or
+    anything else named by mistake, only an earlier export; always 0600, whatever the file it
+    replaces had (SPEC 7: personal facts)."""
+    target = OutputTarget(name, "memories export", "memories.jsonl", starts=EXPORT_STARTS)
+    return target.check()
+
+
 _EXPORT_ROW = (
     "SELECT json_object('key', key, 'value', value, 'created_at', created_at,"
     " 'updated_at', updated_at) FROM memories ORDER BY key"

@@ -9,7 +9,7 @@ collector reads the older Prometheus text format, where `# UNIT` and `# EOF` are
 the compaction file holds gauges only, so it reads the same in both; a counter of `status
 --prometheus` reads there as an untyped sample with the same name and value.
 
-Everything here but `write_textfile` and `record_compaction` is pure.
+Everything here is pure: the file is written by `metrics_file.py`.
 """
 
 from __future__ import annotations

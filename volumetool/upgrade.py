@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from volumetool.atomic import remove_stale_stages
-from volumetool.backup import backup
+from volumetool.backup import backup, backup_target
 from volumetool.errors import Interrupted, ProblemsFound, SchemaMismatch, VolumetoolError
 from volumetool.format import MIGRATIONS, Schema
 from volumetool.timefmt import iso
@@ -176,7 +176,8 @@ def _apply(volume: Volume, result: MigrateResult, make_backup: bool) -> None:
         if make_backup:
             # a killed migrate's half-made backup has another timestamp: clear those too
             remove_stale_stages(volume.path.parent, f"{glob.escape(volume.path.name)}.bak-*")
-            result.backup = backup(volume, backup_path(volume.path))
+            result.backup = backup_path(volume.path)
+            backup(volume, backup_target(str(result.backup)))
         conn.execute("PRAGMA foreign_keys = OFF")  # table rebuilds; checked before the last commit
         db = sqlite_utils.Database(conn)
         for n, name in enumerate(result.pending):

@@ -205,7 +205,10 @@ def test_a_full_disk_changes_nothing(tmp_path):
         (["backup", path, tmp_path / "copy.db"], 10_000),
         (["migrate", legacy, "--no-backup"], room),
     ]
-    (tmp_path / "out.jsonl").write_text("the previous export\n")
+    # An earlier export (the only file export replaces: anything else is refused before the
+    # volume is opened, exit 2, and the full disk would never be reached).
+    previous = '{"key": "k", "value": "the previous export"}\n'
+    (tmp_path / "out.jsonl").write_text(previous)
     for command, limit in cases:
         result = run(*command, preexec=full_disk(limit))
         assert result.returncode == 1, (command, result.stderr)
@@ -217,7 +220,7 @@ def test_a_full_disk_changes_nothing(tmp_path):
         == legacy_before
     )
     assert sqlite3.connect(legacy).execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    assert (tmp_path / "out.jsonl").read_text() == "the previous export\n"
+    assert (tmp_path / "out.jsonl").read_text() == previous
     assert not (tmp_path / "demo.db").exists() and not (tmp_path / "copy.db").exists()
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
     assert run("check", path).returncode == 0

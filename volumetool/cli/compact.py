@@ -309,11 +309,11 @@ def _metrics_destination(metrics_file: str | None, dry_run: bool):
     """Where --metrics-file will be written, checked before the run; None without it."""
     if metrics_file is None:
         return None
-    from volumetool.metrics_file import check_textfile
+    from volumetool.metrics_file import metrics_target
 
     if dry_run:
         raise click.UsageError("--metrics-file records a real run, not a --dry-run")
-    return check_textfile(metrics_file)
+    return metrics_target(metrics_file)
 
 
 def _record(metrics, outcomes, duration: float, code: int, shard) -> int:

@@ -37,24 +37,14 @@ def backup(volume, dest, busy_timeout) -> None:
       volumetool backup ./vol /backups/support-bot-$(date -u +%F).db
       volumetool backup ./vol - | zstd > support-bot.db.zst
     """
-    from volumetool.atomic import output_file
     from volumetool.backup import backup as run
-    from volumetool.backup import backup_to_stream
-    from volumetool.errors import UnusableInput
+    from volumetool.backup import backup_target
     from volumetool.volume import Volume
 
-    path = output_file(dest, "agent-backup.db")
-    if path is None and sys.stdout.isatty():
-        raise UnusableInput(
-            "refusing to write a database to a terminal",
-            "pipe it (volumetool backup VOLUME - | zstd > copy.db.zst) or name a DEST file",
-        )
+    target = backup_target(dest)  # refused before the volume is opened
     with Volume(volume, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
-        if path is None:
-            size = backup_to_stream(vol, sys.stdout.buffer)
-            where = f"stdout ({size:,} bytes)"
-        else:
-            where = str(run(vol, path))
+        size = run(vol, target)
+    where = f"stdout ({size:,} bytes)" if target.path is None else str(target.path)
     say(f"backed up {vol.path} to {where}")
 
 

@@ -9,7 +9,6 @@ import click
 from volumetool.cli.options import (
     AFTER_VOLUME,
     Group,
-    WholeWrites,
     busy_timeout_option,
     emit,
     key_argument,
@@ -146,24 +145,17 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     Example:
       volumetool memories export ./vol -o memories.jsonl
     """
-    from volumetool.atomic import output_file, replaceable_mode, staged_file
-    from volumetool.memories import EXPORT_STARTS
     from volumetool.memories import export as write_export
+    from volumetool.memories import export_target
     from volumetool.volume import Volume
 
-    target = output_file(output_path, "memories.jsonl")
-    with Volume(volume, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
-        name = vol.agent_name()
-        if target is None:
-            stdout = WholeWrites(sys.stdout.buffer)
-            count = write_export(conn, stdout, fmt, name)
-            stdout.flush()
-        else:
-            # Never over a volume or anything else named by mistake: an earlier export only;
-            # and always 0600, whatever the file it replaces had (SPEC 7: personal facts).
-            replaceable_mode(target, EXPORT_STARTS, "memories export")
-            with staged_file(target, mode=0o600, replace=True) as tmp, open(tmp, "wb") as out:
-                count = write_export(conn, out, fmt, name)
+    target = export_target(output_path)  # refused before the volume is opened
+    with (
+        Volume(volume, busy_timeout=busy_timeout) as vol,
+        vol.snapshot() as conn,
+        target.open() as out,
+    ):
+        count = write_export(conn, out, fmt, vol.agent_name())
     say(
         f"exported {plural(count, 'memory')}" + (f" to {output_path}" if output_path != "-" else "")
     )

@@ -8,7 +8,6 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import BinaryIO
 
 import click
 
@@ -278,25 +277,6 @@ class VolumeByVolume:
 
 def _paths(arguments: Sequence[str]) -> str:
     return f"{len(arguments)} ({', '.join(arguments)})" if arguments else "none"
-
-
-class WholeWrites:
-    """A binary stream that writes every byte or raises. Python's buffered stdout may take
-    part of a large write and drop the rest when the pipe closes under it (`… | head`); here
-    the rest is written again, so a closed pipe raises BrokenPipeError and the command ends
-    the way every command does on a closed stdout."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        self.stream = stream
-
-    def write(self, data: bytes) -> int:
-        view = memoryview(data)
-        while view:
-            view = view[self.stream.write(view) :]
-        return len(data)
-
-    def flush(self) -> None:
-        self.stream.flush()
 
 
 def utf8_text(ctx: click.Context, param: click.Parameter, value):

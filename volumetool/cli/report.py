@@ -65,10 +65,10 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
     from datetime import UTC, datetime
 
     from volumetool import __version__
-    from volumetool.atomic import output_file
     from volumetool.cli import show_error
     from volumetool.errors import UnusableInput, worst_exit_code
     from volumetool.report.gather import read_volumes, window
+    from volumetool.report.output import page_target
     from volumetool.report.page import page
     from volumetool.settings import MemorySettings
 
@@ -77,11 +77,7 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
         from volumetool.config import load_config
 
         settings = load_config(config_file).memory
-    target = output_file(output_path, "report.html")
-    if target is not None:
-        from volumetool.report.output import page_mode
-
-        page_mode(target)  # refused before any volume is opened
+    target = page_target(output_path)  # refused before any volume is opened
     volumes = shard_volumes(volumes, shard)
     if not volumes:  # SPEC 12: a shard with no volume succeeds with nothing to do
         return
@@ -94,16 +90,9 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
             f"no volume could be read ({len(failures)} tried)", "nothing was written"
         )
     document = page(reports, failures, now, __version__, config_file).encode()
-    if target is None:
-        from volumetool.cli.options import WholeWrites
-
-        stdout = WholeWrites(sys.stdout.buffer)
-        stdout.write(document)
-        stdout.flush()
-    else:
-        from volumetool.report.output import write_page
-
-        write_page(target, document)
+    with target.open() as out:
+        out.write(document)
+    if target.path is not None:
         say(
             f"wrote {output_path}: {plural(len(reports), 'volume')}"
             + (f", {len(failures)} not read" if failures else "")

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from volumetool.atomic import replaceable_mode, staged_file
+from volumetool.output import OutputTarget
 from volumetool.report.page import DOCTYPE
 
 
-def page_mode(path: Path) -> int:
-    """The mode of the page at `path`; refused (exit 2) unless new, empty or an earlier page."""
-    return replaceable_mode(path, (DOCTYPE.encode(),), "report page")
-
-
-def write_page(path: Path, document: bytes) -> None:
-    """The page in place at once (a temporary sibling renamed over it): a reader, or a web
-    server, sees the old page or the new one; only ever a new file or an earlier page."""
-    with staged_file(path, mode=page_mode(path), replace=True) as tmp:
-        tmp.write_bytes(document)
+def page_target(name: str) -> OutputTarget:
+    """Where `report -o NAME` writes, checked: stdout for `-`; else in place at once (a
+    temporary sibling renamed over it: a reader, or a web server, sees the old page or the new
+    one), only ever a new file or an earlier page, whose mode it keeps."""
+    target = OutputTarget(
+        name, "report page", "report.html", starts=(DOCTYPE.encode(),), keep_mode=True
+    )
+    return target.check()
