@@ -22,6 +22,7 @@ import click
 
 from volumetool import __version__
 from volumetool.cli.docs import Documented
+from volumetool.cli.messages import escaped, show_error, show_warning
 from volumetool.errors import (
     Interrupted,
     ProblemsFound,
@@ -71,7 +72,7 @@ class LazyGroup(Documented, click.Group):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("always", UntrustedSchemaWarning)
-                warnings.showwarning = _show_warning
+                warnings.showwarning = show_warning
                 result = super().invoke(ctx)
             sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
             return result
@@ -118,29 +119,14 @@ def _translate(exc: Exception) -> VolumetoolError:
     )
 
 
-def show_error(exc: VolumetoolError) -> None:
-    """An error as the user sees it: one line on stderr, control characters escaped."""
-    click.echo(f"volumetool: {_escaped(exc.format_message())}", err=True)
-
-
 def _fail(exc: VolumetoolError, debug: bool) -> NoReturn:
     """The one place an error ends a command: its line, and its exit code; the traceback
     first with --debug."""
     if debug:  # its messages may quote the volume too: escaped line by line
         lines = traceback.format_exc().splitlines()
-        click.echo("\n".join(_escaped(line) for line in lines), err=True)
+        click.echo("\n".join(escaped(line) for line in lines), err=True)
     show_error(exc)
     raise click.exceptions.Exit(exc.exit_code)
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    click.echo(f"volumetool: warning: {_escaped(str(message))}", err=True)
-
-
-def _escaped(text: str) -> str:
-    from volumetool.text import escape_control
-
-    return escape_control(text)
 
 
 def _discard_stdout() -> None:

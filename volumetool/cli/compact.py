@@ -321,7 +321,7 @@ def _record(metrics, outcomes, duration: float, code: int, shard) -> int:
     code of the run and of the writing."""
     if metrics is None:
         return code
-    from volumetool.cli import show_error
+    from volumetool.cli.messages import show_error
     from volumetool.errors import VolumetoolError, worst_exit_code
     from volumetool.metrics_file import record_compaction
 

@@ -70,7 +70,7 @@ def check(volumes, as_json, shard, busy_timeout) -> None:
       volumetool check /srv/agents/*/ --shard 0/4
     """
     from volumetool.check import check_volume
-    from volumetool.cli import show_error
+    from volumetool.cli.messages import show_error
     from volumetool.errors import VolumetoolError, worst_exit_code
 
     one = len(volumes) == 1 and shard is None

@@ -65,7 +65,7 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
     from datetime import UTC, datetime
 
     from volumetool import __version__
-    from volumetool.cli import show_error
+    from volumetool.cli.messages import show_error
     from volumetool.errors import UnusableInput, worst_exit_code
     from volumetool.report.gather import read_volumes, window
     from volumetool.report.output import page_target

@@ -55,7 +55,7 @@ def migrate(
       volumetool migrate ./vol
       volumetool migrate /srv/agents/*/ --shard $JOB_COMPLETION_INDEX/4
     """
-    from volumetool.cli import show_error
+    from volumetool.cli.messages import show_error
     from volumetool.errors import Interrupted, VolumetoolError, worst_exit_code
     from volumetool.upgrade import MIGRATION_FIELDS, migration_rows
     from volumetool.volume import Volume, resolve
