@@ -8,13 +8,13 @@ holds one file open at a time.
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from volumetool.errors import SchemaMismatch, UnusableInput, VolumetoolError
+from volumetool.listings import count_due
 from volumetool.settings import MemorySettings
 from volumetool.timefmt import iso
 from volumetool.usage import total_sql
@@ -72,16 +72,6 @@ def schema_word(state: SchemaState, untrusted: bool) -> str:
     if state.pending:
         return "older"
     return "untrusted" if untrusted else "current"
-
-
-def count_due(conn: sqlite3.Connection, memory: MemorySettings) -> int:
-    """How many active threads `compact` would find due under these settings."""
-    from volumetool.compaction.store import active_threads, thread_due
-
-    if not memory.compaction_enabled:
-        return 0
-    candidates = active_threads(conn, threshold=memory.compact_at_tokens)
-    return sum(thread_due(conn, session_id, memory).is_due for session_id, _ in candidates)
 
 
 def _error_text(exc: VolumetoolError, path: Path) -> str:

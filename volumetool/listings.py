@@ -5,10 +5,12 @@ their limit, so they cost the same on a small file and a large one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from volumetool.errors import ProblemsFound
 from volumetool.render import listing_limit
@@ -16,6 +18,9 @@ from volumetool.text import json_value
 from volumetool.threads import active_thread
 from volumetool.usage import total_sql
 from volumetool.volume import Volume
+
+if TYPE_CHECKING:
+    from volumetool.settings import MemorySettings
 
 SESSION_FIELDS = (
     "id",
@@ -100,11 +105,51 @@ PRUNED_SAVINGS = f"""SELECT {total_sql("saved", signed=True)} FROM (SELECT CASE 
  WHERE event IN ('thread', 'erase') AND actor = 'volumetool')"""
 
 
-def status(volume: Volume) -> dict:
-    """The /status totals of a volume (the JSON fields of SPEC section 4)."""
+@contextlib.contextmanager
+def reading(volume: str, busy_timeout: float) -> Iterator[sqlite3.Connection]:
+    """One volume (as named on the command line) opened read-only through the schema gate,
+    and one snapshot of it held while the block runs: how every read command reads."""
+    with Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def listed(
+    volume: str, busy_timeout: float, listing: Callable[..., Iterator[dict]], **filters
+) -> Iterator[Iterator[dict]]:
+    """The rows of `listing(conn, **filters)` of one volume, read in one snapshot held while
+    the block runs (`reading`), so that they stream out consistent however many there are."""
+    with reading(volume, busy_timeout) as conn:
+        yield listing(conn, **filters)
+
+
+def status_of(
+    volume: str, busy_timeout: float, memory: MemorySettings | None = None
+) -> tuple[dict, bool]:
+    """The /status totals of one volume, opened read-only (with `due`, the threads `compact`
+    would find due under `memory`, when given), and whether the gate let it through with
+    objects the format does not define (untrusted)."""
+    with Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol:
+        return status(vol, memory), bool(vol.differences)
+
+
+def count_due(conn: sqlite3.Connection, memory: MemorySettings) -> int:
+    """How many active threads `compact` would find due under these settings."""
+    from volumetool.compaction.store import active_threads, thread_due
+
+    if not memory.compaction_enabled:
+        return 0
+    candidates = active_threads(conn, threshold=memory.compact_at_tokens)
+    return sum(thread_due(conn, thread_id, memory).is_due for thread_id, _ in candidates)
+
+
+def status(volume: Volume, memory: MemorySettings | None = None) -> dict:
+    """The /status totals of a volume (the JSON fields of SPEC section 4), read in one
+    snapshot; with `memory`, `due` last: how many threads `compact` would find due."""
     from volumetool.compaction.store import held_sql
 
     with volume.snapshot() as conn:
+        due = None if memory is None else count_due(conn, memory)
 
         def scalar(sql: str) -> object:
             row = conn.execute(sql).fetchone()
@@ -144,7 +189,7 @@ def status(volume: Volume) -> dict:
         )
         memories = scalar("SELECT count(*) FROM memories")
         name = scalar("SELECT value FROM identity WHERE key = 'name'")
-    return {
+    totals = {
         "agent": name,
         "path": str(volume.path),
         "file_bytes": os.path.getsize(volume.path),
@@ -171,6 +216,9 @@ def status(volume: Volume) -> dict:
         "audit": {"total": sum(by_event.values()), "by_event": by_event},
         "last_activity": max((str(s) for s in stamps if s), default=None),
     }
+    if due is not None:
+        totals["due"] = due
+    return totals
 
 
 def sessions(
@@ -183,11 +231,13 @@ def sessions(
     limit: int | None = None,
     ids: Sequence[int] | None = None,
     updated_before: str | None = None,
+    due: MemorySettings | None = None,
 ) -> Iterator[dict]:
     """Threads, most recently updated first, with their live size and compaction count, and
     whether compaction holds off after `thread undo`; `ids` lists only those threads,
-    `updated_before` only those last updated before then (what prune deletes)."""
-    from volumetool.compaction.store import held_sql
+    `updated_before` only those last updated before then (what prune deletes). With `due`
+    (`sessions --due`), a last column `due`: would `compact` under these settings fold it?"""
+    from volumetool.compaction.store import held_sql, thread_due
 
     where = Filters.of(
         ("s.status = ?", None if status == "all" else status),
@@ -219,6 +269,9 @@ ORDER BY s.updated_at DESC, s.id DESC LIMIT ?""",
         record = dict(zip(SESSION_FIELDS, row, strict=True))
         record["has_summary"] = bool(record["has_summary"])
         record["held"] = bool(record["held"])
+        if due is not None:
+            active = record["status"] == "active"
+            record["due"] = thread_due(conn, record["id"], due, active=active).is_due
         yield record
 
 

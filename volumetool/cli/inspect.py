@@ -31,12 +31,6 @@ from volumetool.render import Listing, render_document
 from volumetool.text import plural
 
 
-def _open(volume: str, busy_timeout: float):
-    from volumetool.volume import Volume
-
-    return Volume(volume, readonly=True, busy_timeout=busy_timeout)
-
-
 @click.command(cls=Command, short_help="/status totals; one row per volume for many.")
 @volumes_argument
 @click.option(
@@ -89,21 +83,14 @@ def status(volumes, config_file, prometheus, shard, output, tablefmt, limit, bus
 def _status_of_one(volume: str, as_json: bool, memory, busy_timeout: float) -> None:
     from volumetool import listings
 
-    with _open(volume, busy_timeout) as vol:
-        totals = listings.status(vol)
-        if memory is not None:
-            from volumetool.fleet import count_due
-
-            with vol.snapshot() as conn:
-                totals["due"] = count_due(conn, memory)
-        # What the gate let through: current, or current with objects it does not know.
-        word = "untrusted" if vol.differences else "current"
+    totals, untrusted = listings.status_of(volume, busy_timeout, memory)
     if as_json:
         render_document(totals, sys.stdout)
         return
     from volumetool.text import escape_control
 
-    for label, value in _totals_lines(totals, word):
+    # What the gate let through: current, or current with objects it does not know.
+    for label, value in _totals_lines(totals, "untrusted" if untrusted else "current"):
         click.echo(f"{label:<14}{escape_control(value)}")  # names come from the volume
 
 
@@ -232,20 +219,11 @@ def sessions(
         from volumetool.config import load_config
 
         settings = load_config(config_file).memory
-    with _open(volume, busy_timeout) as vol, vol.snapshot() as conn:
-        rows = listings.sessions(
-            conn,
-            key_glob=key_glob,
-            channel=channel,
-            status=status,
-            since=parse_since(since),
-            limit=limit,
-        )
-        columns = listings.SESSION_FIELDS
-        if settings is not None:
-            from volumetool.compaction.store import annotate_due
-
-            rows, columns = annotate_due(conn, rows, settings), (*columns, "due")
+    filters = {"key_glob": key_glob, "channel": channel, "status": status, "due": settings}
+    columns = (*listings.SESSION_FIELDS, *(["due"] if settings is not None else []))
+    with listings.listed(
+        volume, busy_timeout, listings.sessions, since=parse_since(since), limit=limit, **filters
+    ) as rows:
         if output == "table" and terminal.stdout_is_terminal():
             now = datetime.now(UTC)
             rows = (terminal.humane_session(row, now) for row in rows)
@@ -312,8 +290,8 @@ def transcript(
     from volumetool import listings
 
     view = _conversation_format(view, output, tablefmt)
-    with _open(volume, busy_timeout) as vol, vol.snapshot() as conn:
-        rows = listings.transcript(conn, key, session_id, full)
+    thread = {"key": key, "session_id": session_id, "full": full}
+    with listings.listed(volume, busy_timeout, listings.transcript, **thread) as rows:
         if view is None:
             emit(rows, listings.TRANSCRIPT_FIELDS, output, tablefmt, limit, "messages")
             return
@@ -383,8 +361,8 @@ def runs(volume, key, trigger, status, since, output, tablefmt, limit, busy_time
     from volumetool import listings
 
     filters = {"key": key, "trigger": trigger, "status": status, "since": parse_since(since)}
-    rows_of = (listings.runs, listings.RUN_FIELDS, "runs")
-    _list(volume, busy_timeout, rows_of, filters, output, tablefmt, limit)
+    with listings.listed(volume, busy_timeout, listings.runs, limit=limit, **filters) as rows:
+        emit(rows, listings.RUN_FIELDS, output, tablefmt, limit, "runs")
 
 
 @click.command(cls=Command)
@@ -405,13 +383,5 @@ def audit(volume, event, action, key, since, output, tablefmt, limit, busy_timeo
     from volumetool import listings
 
     filters = {"event": event, "action": action, "key": key, "since": parse_since(since)}
-    rows_of = (listings.audit, listings.AUDIT_FIELDS, "events")
-    _list(volume, busy_timeout, rows_of, filters, output, tablefmt, limit)
-
-
-def _list(volume, busy_timeout, rows_of, filters, output, tablefmt, limit) -> None:
-    """A listing of one volume, read in one snapshot. `rows_of` is (the listing function,
-    its columns, what its rows are called)."""
-    listing, columns, what = rows_of
-    with _open(volume, busy_timeout) as vol, vol.snapshot() as conn:
-        emit(listing(conn, limit=limit, **filters), columns, output, tablefmt, limit, what)
+    with listings.listed(volume, busy_timeout, listings.audit, limit=limit, **filters) as rows:
+        emit(rows, listings.AUDIT_FIELDS, output, tablefmt, limit, "events")

@@ -87,16 +87,14 @@ def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_t
     import os
 
     from volumetool.lifecycle import check_before, plan_prune, prune_volume
-    from volumetool.volume import Volume, open_for_write
+    from volumetool.listings import reading
+    from volumetool.volume import open_for_write
 
     _check_prune_format(output, tablefmt, dry_run)
     before = check_before(parse_since(before, "--archived-before"))
     document: dict = {"archived_before": before, "dry_run": dry_run}
     if dry_run:
-        with (
-            Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol,
-            vol.snapshot() as conn,
-        ):
+        with reading(volume, busy_timeout) as conn:
             done = plan_prune(conn, before)
             _list_prune(conn, before, document | done.thread_counts(), output, tablefmt, limit)
         extra = ""
@@ -187,7 +185,8 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
     from volumetool.errors import ProblemsFound
     from volumetool.lifecycle import check_prefixes, keys_named, plan_erase
     from volumetool.lifecycle import erase as run
-    from volumetool.volume import Volume, open_for_write
+    from volumetool.listings import reading
+    from volumetool.volume import open_for_write
 
     keys = tuple(dict.fromkeys(keys))
     memories_prefixes = check_prefixes(memories_prefixes)
@@ -204,10 +203,7 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
             ask(f"{what}. This cannot be undone. Erase?")
 
     if dry_run:
-        with (
-            Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol,
-            vol.snapshot() as conn,
-        ):
+        with reading(volume, busy_timeout) as conn:
             done = plan_erase(conn, keys, memories_prefixes)
     else:
         with open_for_write(volume, busy_timeout=busy_timeout, lock=True, wait=wait) as vol:

@@ -43,11 +43,10 @@ def list_(volume, prefix, output, tablefmt, limit, busy_timeout) -> None:
     Example:
       volumetool memories list ./vol --prefix ana- --json
     """
+    from volumetool.listings import listed
     from volumetool.memories import MEMORY_FIELDS, list_memories
-    from volumetool.volume import Volume
 
-    with Volume(volume, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
-        rows = list_memories(conn, prefix, limit)
+    with listed(volume, busy_timeout, list_memories, prefix=prefix, limit=limit) as rows:
         emit(rows, MEMORY_FIELDS, output, tablefmt, limit, "memories")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -143,15 +143,6 @@ def load_thread(conn: sqlite3.Connection, session_id: int) -> Thread:
         )
     )
     return Thread(session_id, key, summary, live)
-
-
-def annotate_due(
-    conn: sqlite3.Connection, rows: Iterable[dict], settings: MemorySettings
-) -> Iterator[dict]:
-    """sessions --due: each listed thread with a `due` column."""
-    for row in rows:
-        due = thread_due(conn, row["id"], settings, active=row["status"] == "active")
-        yield {**row, "due": due.is_due}
 
 
 # -- the three endings -----------------------------------------------------------------------
