@@ -1526,3 +1526,13 @@ def test_a_volume_that_cannot_be_opened_is_its_row_and_the_others_go_on(server, 
         (str(path), "compacted"),
     ]
     assert str(missing) in outcomes[0].error and outcomes[0].exit_code == code == 2
+
+
+def test_a_request_builds_its_retry_policy_from_plain_numbers():
+    """`compact --retries N --max-retry-wait S` reach the library as numbers; the policy is
+    built there (the command holds no HTTP plumbing); a policy given whole wins (tests)."""
+    built = Request(retries=2, max_retry_wait=5.0).retry_policy()
+    assert (built.attempts, built.max_retry_wait) == (3, 5.0)
+    assert (Request().retry_policy().attempts, Request().retry_policy().max_retry_wait) == (4, 60.0)
+    given = RetryPolicy(attempts=1)
+    assert Request(retries=9, retry=given).retry_policy() is given

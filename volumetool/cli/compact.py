@@ -240,7 +240,6 @@ def compact(
     from volumetool.compaction.run import OUTCOME_FIELDS, Request
     from volumetool.compaction.run import compact as run
     from volumetool.config import load_config
-    from volumetool.model_client import RetryPolicy
     from volumetool.settings import AgentConfig, MemorySettings
 
     config = (
@@ -251,7 +250,6 @@ def compact(
     request_kwargs = {}
     if prompt_file is not None:
         request_kwargs["prompt"] = read_prompt(prompt_file)
-    retries, max_retry_wait = tuning.pop("retries"), tuning.pop("max_retry_wait")
     request = Request(
         config=config,
         key=key,
@@ -264,7 +262,6 @@ def compact(
         instructions=instructions,
         wait=wait,
         busy_timeout=busy_timeout,
-        retry=RetryPolicy(attempts=retries + 1, max_retry_wait=max_retry_wait),
         **tuning,
         **request_kwargs,
     )

@@ -96,7 +96,17 @@ class Request:
     concurrency: int = 4
     wait: float = 0.0
     busy_timeout: float = 5.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retries: int = 3  # after the first attempt
+    max_retry_wait: float = 60.0  # a longer Retry-After fails at once
+    # The policy given whole (tests: its sleep and jitter); else built from the two above.
+    retry: RetryPolicy | None = None
+
+    def retry_policy(self) -> RetryPolicy:
+        """How model calls are retried: `retry`, else `retries` and `max_retry_wait`."""
+        if self.retry is not None:
+            return self.retry
+        return RetryPolicy(attempts=self.retries + 1, max_retry_wait=self.max_retry_wait)
+
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
 
 
@@ -729,7 +739,7 @@ async def summarize_all(
     with ThreadPoolExecutor(1, thread_name_prefix="volumetool-facts") as reader:
         async with ModelClient(
             endpoint,
-            retry=request.retry,
+            retry=request.retry_policy(),
             transport=transport,
             max_connections=request.concurrency,
             breaker=Breaker(),
