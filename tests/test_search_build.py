@@ -4,6 +4,7 @@ way) when the agent deleted or replaced a message meanwhile, or an erase came.""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -205,3 +206,46 @@ def test_a_build_whose_tables_another_build_took_copies_nothing_more(big):
     )
     count = "SELECT count(*) FROM search_messages_content"
     assert query(big, count) == query(big, "SELECT count(*) FROM messages")
+
+
+def test_with_a_rollback_journal_the_first_build_holds_the_agent_up_one_batch_at_most(
+    big, monkeypatch
+):
+    """A reader of a file with a rollback journal holds every commit of the agent off while it
+    reads: a fill of the whole volume in one snapshot would hold the agent up for as long as
+    the tokenizing takes (seconds on a large volume, past its busy timeout). There the index is
+    built BATCH messages a write transaction, and the agent writes between any two of them."""
+    sqlite3.connect(big).execute("PRAGMA journal_mode = DELETE").close()
+    monkeypatch.setattr(index, "BATCH", 300)
+    writes, locked_out = [], []
+
+    def write(*_: object) -> None:
+        # SQLite's own wait is 0: any lock held by the search would fail this at once.
+        try:
+            agent(big).execute(
+                "INSERT INTO messages (session_id, role, content, created_at)"
+                " VALUES (1, 'user', ?, '2026-01-01T00:00:00Z')",
+                (f"written during step {len(writes)} plum",),
+            )
+        except sqlite3.OperationalError as exc:
+            locked_out.append(str(exc))
+        else:
+            writes.append(True)
+
+    turn = index._turn
+
+    @contextlib.contextmanager
+    def turn_then_write(volume):
+        with turn(volume) as conn:
+            yield conn
+        write()
+
+    monkeypatch.setattr(index, "_turn", turn_then_write)
+    steps(big, write)
+    assert locked_out == []
+    assert len(writes) > MESSAGES // 300  # between every two transactions
+    assert as_found(everything(big, "plum")) == oracle(big, ["plum"]) != set()
+    assert as_found(everything(big, "kiwi5", write_index=False)) == oracle(big, ["kiwi5"])
+    names = "SELECT name FROM sqlite_master WHERE name LIKE ?"
+    assert query(big, names, "search_build%") == []
+    assert query(big, "PRAGMA journal_mode") == [("delete",)]
