@@ -447,3 +447,73 @@ def test_opening_a_volume_again_keeps_the_locks_of_the_connection_already_open(t
     contents = [c for (c,) in conn.execute("SELECT content FROM messages ORDER BY id")]
     assert contents == ["from the agent", "from volumetool"]
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def _close_between_lines(path, at: int) -> tuple[bool, list[Exception]]:
+    """A thread connects to `path` and closes; at its `at`-th line in volume.py this thread
+    closes another connection of the same file. Whether it came to that line; what raised."""
+    import sys
+
+    from volumetool import volume
+
+    other = volume.connect(path)
+    paused, resume, errors = threading.Event(), threading.Event(), []
+    reached = False
+
+    def line(frame, event, arg):
+        nonlocal at, reached
+        if event == "line":
+            at -= 1
+            if at == 0:
+                reached = True
+                paused.set()
+                resume.wait()
+        return line
+
+    def first() -> None:
+        sys.settrace(lambda frame, event, arg: line if frame.f_globals is vars(volume) else None)
+        try:
+            volume.connect(path).close()
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            sys.settrace(None)
+            paused.set()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    paused.wait()
+    try:
+        other.close()
+    except Exception as exc:
+        errors.append(exc)
+    resume.set()
+    thread.join()
+    return reached, errors
+
+
+def test_the_connections_on_a_file_stay_known_whatever_another_thread_closes_meanwhile(tmp_path):
+    """`check_file` skips the header read of a file this process holds a connection on. A
+    connection closed by another thread (or by the collector, in whichever thread it runs)
+    between any two lines of a connect and a close must leave that knowledge right: a close
+    lost takes the file for open forever, a count lost reads its header and drops the locks
+    of a connection still open."""
+    import os
+
+    from volumetool import volume
+
+    path = tmp_path / "agent.db"
+    create_volume(path, "a")
+    at = 0
+    while True:
+        at += 1
+        reached, errors = _close_between_lines(path, at)
+        assert errors == [], at
+        assert not volume._connected(os.stat(path)), at
+        if not reached:
+            break
+    assert at > 5  # line by line through a connect and a close
+    conn = volume.connect(path)
+    assert volume._connected(os.stat(path))
+    conn.close()
+    assert not volume._connected(os.stat(path))

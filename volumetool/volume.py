@@ -162,8 +162,7 @@ def check_file(path: Path) -> None:
     if not path.is_file():
         raise UnusableInput(f"{path}: not a regular file")
     with contextlib.suppress(OSError):
-        found = path.stat()
-        if (found.st_dev, found.st_ino) in _CONNECTED:
+        if _connected(path.stat()):
             return  # read when it was opened; reading it again would drop SQLite's locks
     try:
         with path.open("rb") as handle:
@@ -219,16 +218,24 @@ def require_current(state: SchemaState, path: Path) -> None:
         raise SchemaMismatch(f"{path}: {what}", f"run: volumetool migrate {path}")
 
 
-# The files this process holds SQLite connections on, by (device, inode): how many. POSIX
-# drops every lock a process holds on a file when it closes any descriptor of that file, so
-# reading one of them with open() (`check_file`) would drop the locks of SQLite's connections
-# on it; an agent closing its own connection would then think itself the last one, and
-# checkpoint and delete the WAL under them (what they write after that is lost).
-_CONNECTED: dict[tuple[int, int], int] = {}
+# The files this process holds SQLite connections on, by (device, inode): the ids of those
+# connections. POSIX drops every lock a process holds on a file when it closes any descriptor
+# of that file, so reading one of them with open() (`check_file`) would drop the locks of
+# SQLite's connections on it; an agent closing its own connection would then think itself the
+# last one, and checkpoint and delete the WAL under them (what they write after that is lost).
+# Each change is one operation under the GIL (setdefault, add, discard; a file's set is never
+# removed): a connection closed meanwhile by another thread, or by the collector in another
+# thread, cannot undo it, as a count read and written back could.
+_CONNECTED: dict[tuple[int, int], set[int]] = {}
+
+
+def _connected(found: os.stat_result) -> bool:
+    """Whether this process holds an SQLite connection on the file `found` describes."""
+    return bool(_CONNECTED.get((found.st_dev, found.st_ino)))
 
 
 class _Connection(sqlite3.Connection):
-    """An SQLite connection counted in `_CONNECTED` while it is open."""
+    """An SQLite connection listed in `_CONNECTED` while it is open."""
 
     _file: tuple[int, int] | None = None
 
@@ -236,7 +243,7 @@ class _Connection(sqlite3.Connection):
         with contextlib.suppress(OSError, ValueError):
             found = os.stat(target)
             self._file = (found.st_dev, found.st_ino)
-            _CONNECTED[self._file] = _CONNECTED.get(self._file, 0) + 1
+            _CONNECTED.setdefault(self._file, set()).add(id(self))
         return self
 
     def close(self) -> None:
@@ -247,11 +254,9 @@ class _Connection(sqlite3.Connection):
         self._uncount()
 
     def _uncount(self) -> None:
-        if self._file is not None:
-            left = _CONNECTED.pop(self._file) - 1
-            if left:
-                _CONNECTED[self._file] = left
-            self._file = None
+        file, self._file = self._file, None
+        if file is not None:
+            _CONNECTED.get(file, set()).discard(id(self))
 
 
 def connect(
