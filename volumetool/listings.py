@@ -17,7 +17,7 @@ from volumetool.render import listing_limit
 from volumetool.text import json_value
 from volumetool.threads import active_thread
 from volumetool.usage import total_sql
-from volumetool.volume import Volume
+from volumetool.volume import Volume, reading
 
 if TYPE_CHECKING:
     from volumetool.settings import MemorySettings
@@ -106,19 +106,12 @@ PRUNED_SAVINGS = f"""SELECT {total_sql("saved", signed=True)} FROM (SELECT CASE 
 
 
 @contextlib.contextmanager
-def reading(volume: str, busy_timeout: float) -> Iterator[sqlite3.Connection]:
-    """One volume (as named on the command line) opened read-only through the schema gate,
-    and one snapshot of it held while the block runs: how every read command reads."""
-    with Volume(volume, readonly=True, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
-        yield conn
-
-
-@contextlib.contextmanager
 def listed(
     volume: str, busy_timeout: float, listing: Callable[..., Iterator[dict]], **filters
 ) -> Iterator[Iterator[dict]]:
     """The rows of `listing(conn, **filters)` of one volume, read in one snapshot held while
-    the block runs (`reading`), so that they stream out consistent however many there are."""
+    the block runs (`volume.reading`), so that they stream out consistent however many there
+    are: what every listing command reads with."""
     with reading(volume, busy_timeout) as conn:
         yield listing(conn, **filters)
 

@@ -624,6 +624,29 @@ def open_for_write(
         ) from None
 
 
+@contextlib.contextmanager
+def reading(
+    argument: str | os.PathLike | None, busy_timeout: float
+) -> Iterator[sqlite3.Connection]:
+    """How a read command reads: the volume opened read-only through the schema gate, and one
+    snapshot of it held while the block runs."""
+    with Volume(argument, readonly=True, busy_timeout=busy_timeout) as vol, vol.snapshot() as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def writing(
+    argument: str | os.PathLike | None, busy_timeout: float
+) -> Iterator[sqlite3.Connection]:
+    """How a single-transaction change (remember, forget, thread new) writes: `open_for_write`
+    without the volume lock, then one write transaction for the block (`Volume.write`)."""
+    with (
+        open_for_write(argument, busy_timeout=busy_timeout, lock=False) as vol,
+        vol.write() as conn,
+    ):
+        yield conn
+
+
 def lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".volumetool-lock")
 

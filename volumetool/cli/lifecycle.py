@@ -87,8 +87,7 @@ def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_t
     import os
 
     from volumetool.lifecycle import check_before, plan_prune, prune_volume
-    from volumetool.listings import reading
-    from volumetool.volume import open_for_write
+    from volumetool.volume import open_for_write, reading
 
     _check_prune_format(output, tablefmt, dry_run)
     before = check_before(parse_since(before, "--archived-before"))
@@ -185,8 +184,7 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
     from volumetool.errors import ProblemsFound
     from volumetool.lifecycle import check_prefixes, keys_named, plan_erase
     from volumetool.lifecycle import erase as run
-    from volumetool.listings import reading
-    from volumetool.volume import open_for_write
+    from volumetool.volume import open_for_write, reading
 
     keys = tuple(dict.fromkeys(keys))
     memories_prefixes = check_prefixes(memories_prefixes)

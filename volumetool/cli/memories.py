@@ -64,10 +64,10 @@ def get(volume, key, busy_timeout) -> None:
     """
     from volumetool.memories import get_memory
     from volumetool.text import escape_control
-    from volumetool.volume import Volume
+    from volumetool.volume import reading
 
-    with Volume(volume, busy_timeout=busy_timeout) as vol, vol.translating():
-        value = get_memory(vol.conn, key)
+    with reading(volume, busy_timeout) as conn:
+        value = get_memory(conn, key)
     sys.stdout.write(escape_control(value) + "\n" if sys.stdout.isatty() else value)
 
 
@@ -85,12 +85,9 @@ def remember_(volume, key, value, busy_timeout) -> None:
       volumetool memories remember ./vol deploy_region 'always deploy to us-east'
     """
     from volumetool.memories import remember
-    from volumetool.volume import open_for_write
+    from volumetool.volume import writing
 
-    with (
-        open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol,
-        vol.write() as conn,
-    ):
+    with writing(volume, busy_timeout) as conn:
         remember(conn, key, value)
 
 
@@ -106,12 +103,9 @@ def forget_(volume, key, busy_timeout) -> None:
       volumetool memories forget ./vol oncall_channel
     """
     from volumetool.memories import forget
-    from volumetool.volume import open_for_write
+    from volumetool.volume import writing
 
-    with (
-        open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol,
-        vol.write() as conn,
-    ):
+    with writing(volume, busy_timeout) as conn:
         forget(conn, key)
 
 

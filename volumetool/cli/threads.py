@@ -40,12 +40,9 @@ def new(volume, key, busy_timeout) -> None:
       volumetool thread new ./vol 'discord:1234/5678'
     """
     from volumetool.threads import new_thread
-    from volumetool.volume import open_for_write
+    from volumetool.volume import writing
 
-    with (
-        open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol,
-        vol.write() as conn,
-    ):
+    with writing(volume, busy_timeout) as conn:
         old, fresh = new_thread(conn, key)
     say(f"archived thread {old}; thread {fresh} is now active under {key}")
 
