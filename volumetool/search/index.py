@@ -373,6 +373,9 @@ def refresh(volume: Volume, found: Pending, progress: Progress | None = None) ->
             absent = index_state(conn) == "absent"
         if absent and _journal_mode(volume.conn) == "wal":
             build(volume, progress or (lambda done, total: None))
+        elif absent:  # built below instead: what a killed build left goes first
+            with volume.write() as conn:
+                drop_build(conn)
     if found.stale:
         tidy(volume)
     while True:
