@@ -31,6 +31,16 @@ def backup_target(name: str) -> OutputTarget:
     return OutputTarget(name, "database", "agent-backup.db", binary=True).check()
 
 
+def backup_volume(argument: str, target: OutputTarget, busy_timeout: float) -> Path:
+    """`backup VOLUME DEST`: the volume opened read-only, whatever its schema version (a copy
+    of a file behind or ahead of the format is still a copy), copied to `target` (from
+    `backup_target`, checked before the volume is opened); returns the volume's path. The
+    copy's size is then `target.written`."""
+    with Volume(argument, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
+        backup(vol, target)
+    return vol.path
+
+
 def backup(volume: Volume, target: OutputTarget) -> int:
     """Copy `volume` to `target` as one snapshot, check the copy's integrity, and publish it
     only then (linked into place, or streamed to stdout); returns its size.

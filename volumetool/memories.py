@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -19,6 +20,7 @@ from volumetool.output import OutputTarget
 from volumetool.render import listing_limit
 from volumetool.text import BIDI_CHARS, CONTROL_CHARS, SURROGATES, plural
 from volumetool.timefmt import TIMESTAMP_FORM, is_timestamp, now_iso
+from volumetool.volume import Volume, open_for_write
 
 MEMORY_FIELDS = ("key", "value", "created_at", "updated_at")
 
@@ -165,6 +167,17 @@ _EXPORT_ROW = (
     "SELECT json_object('key', key, 'value', value, 'created_at', created_at,"
     " 'updated_at', updated_at) FROM memories ORDER BY key"
 )
+
+
+def export_volume(volume: str, target: OutputTarget, fmt: str, busy_timeout: float) -> int:
+    """`memories export`: every memory of `volume`, read in one snapshot, written to `target`
+    (from `export_target`, checked before the volume is opened); returns the count."""
+    with (
+        Volume(volume, busy_timeout=busy_timeout) as vol,
+        vol.snapshot() as conn,
+        target.open() as out,
+    ):
+        return export(conn, out, fmt, vol.agent_name())
 
 
 def export(
@@ -453,6 +466,42 @@ def refuse_conflicts(
             " nothing was imported",
             "--on-conflict skip keeps them, --on-conflict overwrite replaces them",
         )
+
+
+def import_file(
+    volume: str,
+    name: str,
+    *,
+    on_conflict: str,
+    prune: bool,
+    dry_run: bool,
+    busy_timeout: float,
+    on_key: Callable[[str, str], None] | None = None,
+) -> ImportPlan:
+    """`memories import`: the file `name` (`-` is stdin) staged and validated whole, then
+    planned (`dry_run`: read-only, `on_key` hears of each key that would change) or applied
+    in one write transaction. A file with no memories never prunes: it is refused."""
+    opened = (
+        Volume(volume, busy_timeout=busy_timeout)
+        if dry_run
+        else open_for_write(volume, busy_timeout=busy_timeout, lock=False)
+    )
+    with opened as vol:
+        try:
+            source = sys.stdin.buffer if name == "-" else open(name, "rb")  # noqa: SIM115
+        except OSError as exc:
+            raise UnusableInput(f"{name}: cannot read ({exc.strerror})") from None
+        with source, vol.translating():
+            staged = stage_import(vol.conn, source)
+        if staged == 0 and prune:
+            raise UnusableInput(
+                f"{name} holds no memories", "refusing to --prune every memory; nothing was changed"
+            )
+        if dry_run:
+            with vol.snapshot() as conn:
+                return plan_import(conn, on_conflict, prune, on_key)
+        with vol.write() as conn:
+            return apply_import(conn, on_conflict, prune)
 
 
 def plan_import(

@@ -23,6 +23,7 @@ from volumetool.volume import (
     Volume,
     admit,
     connect,
+    open_for_write,
     read_schema,
     read_schema_state,
 )
@@ -121,6 +122,28 @@ def _dangling(conn: sqlite3.Connection) -> str | None:
     table, rowid, parent, _ = rows[0]
     more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
     return f"{table} row {rowid} points to a missing {parent} row{more}"
+
+
+def migrations_of(path: Path, busy_timeout: float) -> list[dict]:
+    """`migrate --list`: the volume's migrations, applied (with time) and pending; read-only,
+    past the schema gate (a file behind or ahead of the format is what --list is for)."""
+    with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
+        return migration_rows(vol.schema)
+
+
+def migrate_volume(
+    path: Path, *, dry_run: bool, make_backup: bool, wait: float, busy_timeout: float
+) -> MigrateResult:
+    """`migrate` of one volume: opened read-only for a dry run (or --check), else for writing
+    with the volume lock (`open_for_write`, the schema its migrations define), then `migrate`."""
+    if dry_run:
+        opened = Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False)
+    else:
+        opened = open_for_write(
+            path, busy_timeout=busy_timeout, lock=True, wait=wait, expected=recorded_schema
+        )
+    with opened as vol:
+        return migrate(vol, make_backup=make_backup, dry_run=dry_run)
 
 
 def migrate(volume: Volume, *, make_backup: bool = True, dry_run: bool = False) -> MigrateResult:

@@ -37,15 +37,12 @@ def backup(volume, dest, busy_timeout) -> None:
       volumetool backup ./vol /backups/support-bot-$(date -u +%F).db
       volumetool backup ./vol - | zstd > support-bot.db.zst
     """
-    from volumetool.backup import backup as run
-    from volumetool.backup import backup_target
-    from volumetool.volume import Volume
+    from volumetool.backup import backup_target, backup_volume
 
     target = backup_target(dest)  # refused before the volume is opened
-    with Volume(volume, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
-        size = run(vol, target)
-    where = f"stdout ({size:,} bytes)" if target.path is None else str(target.path)
-    say(f"backed up {vol.path} to {where}")
+    path = backup_volume(volume, target, busy_timeout)
+    where = f"stdout ({target.written:,} bytes)" if target.path is None else str(target.path)
+    say(f"backed up {path} to {where}")
 
 
 @click.command(cls=Command, short_help="Check integrity and consistency.")

@@ -138,17 +138,10 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     Example:
       volumetool memories export ./vol -o memories.jsonl
     """
-    from volumetool.memories import export as write_export
-    from volumetool.memories import export_target
-    from volumetool.volume import Volume
+    from volumetool.memories import export_target, export_volume
 
     target = export_target(output_path)  # refused before the volume is opened
-    with (
-        Volume(volume, busy_timeout=busy_timeout) as vol,
-        vol.snapshot() as conn,
-        target.open() as out,
-    ):
-        count = write_export(conn, out, fmt, vol.agent_name())
+    count = export_volume(volume, target, fmt, busy_timeout)
     say(
         f"exported {plural(count, 'memory')}" + (f" to {output_path}" if output_path != "-" else "")
     )
@@ -183,38 +176,18 @@ def import_(volume, file, on_conflict, prune, dry_run, busy_timeout) -> None:
       volumetool memories import ./new-vol memories.jsonl --dry-run
       volumetool memories export ./old-vol | volumetool memories import ./new-vol -
     """
-    from volumetool.errors import UnusableInput
-    from volumetool.memories import apply_import, plan_import, stage_import
+    from volumetool.memories import import_file
     from volumetool.text import escape_control
-    from volumetool.volume import Volume, open_for_write
 
-    opened = (
-        Volume(volume, busy_timeout=busy_timeout)
-        if dry_run
-        else open_for_write(volume, busy_timeout=busy_timeout, lock=False)
+    plan = import_file(
+        volume,
+        file,
+        on_conflict=on_conflict,
+        prune=prune,
+        dry_run=dry_run,
+        busy_timeout=busy_timeout,
+        # a removed key comes from the volume, unchecked
+        on_key=lambda action, key: click.echo(f"{action}\t{escape_control(key)}"),
     )
-    with opened as vol:
-        try:
-            source = sys.stdin.buffer if file == "-" else open(file, "rb")  # noqa: SIM115
-        except OSError as exc:
-            raise UnusableInput(f"{file}: cannot read ({exc.strerror})") from None
-        with source, vol.translating():
-            staged = stage_import(vol.conn, source)
-        if staged == 0 and prune:
-            raise UnusableInput(
-                f"{file} holds no memories", "refusing to --prune every memory; nothing was changed"
-            )
-        if dry_run:
-            with vol.snapshot() as conn:
-                plan = plan_import(
-                    conn,
-                    on_conflict,
-                    prune,
-                    # a removed key comes from the volume, unchecked
-                    lambda action, key: click.echo(f"{action}\t{escape_control(key)}"),
-                )
-        else:
-            with vol.write() as conn:
-                plan = apply_import(conn, on_conflict, prune)
     prefix = "would import" if dry_run else "imported"
     say(f"{prefix} {file}: {plan.summary()}")

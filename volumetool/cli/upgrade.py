@@ -57,8 +57,8 @@ def migrate(
     """
     from volumetool.cli.messages import show_error
     from volumetool.errors import Interrupted, VolumetoolError, worst_exit_code
-    from volumetool.upgrade import MIGRATION_FIELDS, migration_rows
-    from volumetool.volume import Volume, resolve
+    from volumetool.upgrade import MIGRATION_FIELDS, migrate_volume, migrations_of
+    from volumetool.volume import resolve
 
     codes = []
     summary: dict[str, int] = {}
@@ -69,12 +69,18 @@ def migrate(
             try:
                 path = resolve(argument)
                 if list_:
-                    with Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False) as vol:
-                        if many:
-                            show(f"{path}:")
-                        emit(migration_rows(vol.schema), MIGRATION_FIELDS, output, tablefmt, limit)
+                    rows = migrations_of(path, busy_timeout)
+                    if many:
+                        show(f"{path}:")
+                    emit(rows, MIGRATION_FIELDS, output, tablefmt, limit)
                     continue
-                result = _migrate_one(path, check_ or dry_run, not no_backup, wait, busy_timeout)
+                result = migrate_volume(
+                    path,
+                    dry_run=check_ or dry_run,
+                    make_backup=not no_backup,
+                    wait=wait,
+                    busy_timeout=busy_timeout,
+                )
             except Interrupted:
                 raise
             except VolumetoolError as exc:
@@ -88,20 +94,6 @@ def migrate(
     if not list_ and many and volumes:
         say(", ".join(f"{n} {k}" for k, n in sorted(summary.items())))
     sys.exit(worst_exit_code(codes))
-
-
-def _migrate_one(path, read_only: bool, make_backup: bool, wait: float, busy_timeout: float):
-    from volumetool.upgrade import migrate, recorded_schema
-    from volumetool.volume import Volume, open_for_write
-
-    if read_only:
-        opened = Volume(path, readonly=True, busy_timeout=busy_timeout, gate=False)
-    else:
-        opened = open_for_write(
-            path, busy_timeout=busy_timeout, lock=True, wait=wait, expected=recorded_schema
-        )
-    with opened as vol:
-        return migrate(vol, make_backup=make_backup, dry_run=read_only)
 
 
 def _report(result, check_: bool, dry_run: bool, no_backup: bool) -> str:
