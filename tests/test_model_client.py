@@ -14,6 +14,7 @@ import ssl
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -1328,11 +1329,17 @@ def test_a_responses_answer_is_read_field_by_field():
     called = response()
     called["output"].append({"type": "function_call", "name": "f", "arguments": "{}"})
     assert read(called, None).tool_call is True
+    # an output_text part without text holds none (LiteLLM's beside a tool call)
+    textless = response(content=[{"type": "output_text"}])
+    assert read(textless, None).text is None
     for broken, what in (
         ({"status": "completed"}, "no output list"),
         ({"status": "completed", "output": ["x"]}, "an output item is not an object"),
         ({"output": [{"type": "message"}]}, "a message item without a content list"),
-        ({"output": [{"type": "message", "content": [{"type": "output_text"}]}]}, "without text"),
+        (
+            {"output": [{"type": "message", "content": [{"type": "output_text", "text": 3}]}]},
+            "whose text is not a string",
+        ),
     ):
         with pytest.raises(_Malformed, match=what):
             read({**broken, "usage": {"input_tokens": 3}}, None)
@@ -1414,6 +1421,46 @@ def test_a_streamed_response_is_read_from_its_events():
     # no last event: no answer
     cut = answer(200, stream, sse(*deltas), "openai-responses")
     assert isinstance(cut, ModelError) and "no output list (in an event stream)" in cut.reason
+
+
+# What LiteLLM 1.81.16's proxy sent back on /v1/responses, byte for byte (`make litellm`,
+# bench/litellm.py): "bridge" over a chat-completions server, "native" passed on to the
+# server's own Responses API.
+LITELLM = Path(__file__).parent / "data" / "litellm"
+
+
+def litellm(name: str, status: int = 200) -> object:
+    body = (LITELLM / name).read_bytes()
+    kind = "text/event-stream; charset=utf-8" if name.endswith(".sse") else "application/json"
+    return answer(status, {"content-type": kind}, body, "openai-responses")
+
+
+def test_what_litellm_sends_is_read_as_it_says():
+    # A tool call through the bridge: the message LiteLLM adds beside the function_call item
+    # has an output_text part without text. It is a tool call, not a malformed answer.
+    called = litellm("bridge-tool-call.sse")
+    assert not isinstance(called, ModelError), called
+    assert (called.tool_call, called.text, called.finish) == (True, None, "completed")
+    assert (called.usage.input_tokens, called.usage.output_tokens) == (1580, 22)
+    # Passed on, a cut-off answer is `incomplete` for max_output_tokens: refused.
+    cut = litellm("native-cut-off.sse")
+    assert PROVIDERS["openai-responses"].cut_off(cut.finish)
+    assert (cut.usage.input_tokens, cut.usage.output_tokens) == (1200, 80)
+    # Through the bridge LiteLLM says `completed` of an answer cut off at the limit (its
+    # chat server said finish_reason "length"), and its own token count: nothing in the bytes
+    # tells it apart from a finished answer (docs/compaction.md says so).
+    bridged = litellm("bridge-cut-off.sse")
+    assert bridged.finish == "completed" and bridged.text.startswith("Summary: ")
+    assert (bridged.usage.input_tokens, bridged.usage.output_tokens) == (1580, 343)
+    # A refusal through the bridge: LiteLLM drops the refusal and sends an empty text.
+    refused = litellm("bridge-refusal.sse")
+    assert (refused.text, refused.refusal, refused.finish) == ("", None, "completed")
+    # Its errors: a 429 is retried (LiteLLM sends no Retry-After), a context error splits.
+    limited = litellm("bridge-429.json", 429)
+    assert isinstance(limited, ModelError) and limited.retryable and not limited.too_long
+    assert limited.reason.startswith("HTTP 429 throttling_error: litellm.RateLimitError")
+    too_long = litellm("bridge-context-window.json", 400)
+    assert isinstance(too_long, ModelError) and too_long.too_long and not too_long.retryable
 
 
 def test_a_failed_stream_and_an_error_event_are_the_servers_errors():

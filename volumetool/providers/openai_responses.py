@@ -85,8 +85,10 @@ def _read_message(item: dict, texts: list[str], refusals: list[str], usage: Usag
     for part in content:
         part = mapping(part, "a content item", usage)
         if part.get("type") == "output_text":
-            if not isinstance(part.get("text"), str):
-                raise Malformed("an output_text item without text", usage)
+            if part.get("text") is None:  # LiteLLM's for a message with no content (a tool call)
+                continue
+            if not isinstance(part["text"], str):
+                raise Malformed("an output_text item whose text is not a string", usage)
             texts.append(part["text"])
         elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
             refusals.append(part["refusal"])
