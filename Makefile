@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 READY := $(VENV)/.ready-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO := .demo
 
-.PHONY: demo test test-fast docs lint format bench real-model faults fuzz golden mutants report-check clean
+.PHONY: demo test test-fast docs lint format bench real-model litellm faults fuzz golden mutants report-check clean
 
 $(READY): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "volumetool needs Python 3.11 or newer")'
@@ -91,5 +91,16 @@ bench: $(READY)
 real-model: $(READY)
 	$(BIN)/python -m bench.real_model $(if $(SESSIONS),--sessions $(SESSIONS))
 
+# volumetool's Responses API client against LiteLLM's proxy (bench/litellm.py); writes its
+# section of BENCHMARKS.md. LiteLLM lives in a venv of its own, pinned: 1.82.7 and 1.82.8 were
+# published with a malicious .pth file (bench/litellm.py refuses a venv holding a stranger one).
+LITELLM_VERSION ?= 1.81.16
+LITELLM_BIN := .venv-litellm/bin
+litellm: $(READY)
+	@test -x $(LITELLM_BIN)/python || $(PYTHON) -m venv .venv-litellm
+	@$(LITELLM_BIN)/python -c 'import importlib.metadata as m; m.version("litellm") == "$(LITELLM_VERSION)" or exit(1)' 2>/dev/null \
+	  || $(LITELLM_BIN)/python -m pip install --quiet --disable-pip-version-check 'litellm[proxy]==$(LITELLM_VERSION)'
+	$(BIN)/python -m bench.litellm --litellm $(LITELLM_BIN)/litellm
+
 clean:
-	rm -rf $(VENV) .venv-mutants $(DEMO) docs/_build bench/.cache .hypothesis *.egg-info
+	rm -rf $(VENV) .venv-mutants .venv-litellm $(DEMO) docs/_build bench/.cache .hypothesis *.egg-info

@@ -278,19 +278,19 @@ def table(passes: list[Pass], args: argparse.Namespace, server_binary: Path) -> 
     return "\n".join(lines)
 
 
-def section_at(text: str) -> tuple[int, int] | None:
-    """Where this section is in BENCHMARKS.md's text: from its heading to the next one."""
-    if HEADING not in text:
+def section_at(text: str, heading: str = HEADING) -> tuple[int, int] | None:
+    """Where a section is in BENCHMARKS.md's text: from its heading to the next one."""
+    if heading not in text:
         return None
-    start = text.index(HEADING)
-    end = text.find("\n## ", start + len(HEADING))
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
     return start, end + 1 if end != -1 else len(text)
 
 
-def write_section(path: Path, section: str) -> None:
+def write_section(path: Path, section: str, heading: str = HEADING) -> None:
     """BENCHMARKS.md with this section in place of the last run's, or at its end."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    found = section_at(text)
+    found = section_at(text, heading)
     if found:
         text = text[: found[0]] + section + text[found[1] :]
     else:

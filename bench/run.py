@@ -1368,17 +1368,23 @@ def write_markdown(rows: list[Row], scale: Scale, path: Path, took: float, large
 
     waits = "\n" + section(WAITS, scale) if WAITS else ""
     path.write_text(
-        "\n".join(lines) + "\n" + waits + NOTES + retention_section() + real_model_section(path)
+        "\n".join(lines) + "\n" + waits + NOTES + retention_section() + kept_sections(path)
     )
 
 
-def real_model_section(path: Path) -> str:
-    """The section `make real-model` wrote (bench/real_model.py), kept as it was."""
+def kept_sections(path: Path) -> str:
+    """The sections `make real-model` and `make litellm` wrote (bench/real_model.py,
+    bench/litellm.py), kept as they were."""
+    from bench.litellm import HEADING as LITELLM
+    from bench.real_model import HEADING as REAL_MODEL
     from bench.real_model import section_at
 
     text = path.read_text() if path.exists() else ""
-    found = section_at(text)
-    return "\n" + text[found[0] : found[1]] if found else ""
+    kept = ""
+    for heading in (REAL_MODEL, LITELLM):
+        found = section_at(text, heading)
+        kept += "\n" + text[found[0] : found[1]].rstrip("\n") + "\n" if found else ""
+    return kept
 
 
 NOTES = """

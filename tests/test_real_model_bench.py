@@ -65,7 +65,7 @@ def test_the_table_says_what_became_of_each_thread_and_where_the_time_went():
 
 
 def test_the_section_replaces_the_last_one_and_make_bench_keeps_it(tmp_path):
-    from bench.run import real_model_section
+    from bench.run import kept_sections
 
     path = tmp_path / "BENCHMARKS.md"
     path.write_text("# Benchmarks\n\n## Fact retention\n\ntable\n")
@@ -75,5 +75,5 @@ def test_the_section_replaces_the_last_one_and_make_bench_keeps_it(tmp_path):
     assert text.count(HEADING) == 1 and "second" in text and "first" not in text
     assert text.startswith("# Benchmarks\n\n## Fact retention\n\ntable\n")
     start, end = section_at(text)
-    assert real_model_section(path) == "\n" + text[start:end]
-    assert real_model_section(tmp_path / "none.md") == ""
+    assert kept_sections(path) == "\n" + text[start:end]
+    assert kept_sections(tmp_path / "none.md") == ""
