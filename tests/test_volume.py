@@ -517,3 +517,15 @@ def test_the_connections_on_a_file_stay_known_whatever_another_thread_closes_mea
     assert volume._connected(os.stat(path))
     conn.close()
     assert not volume._connected(os.stat(path))
+
+
+def test_the_library_reads_no_volume_from_the_environment(monkeypatch, tmp_path):
+    """$VOLUMETOOL_VOLUME is the CLI's (cli.options): a library call given no volume is an
+    error, whatever the environment names."""
+    from volumetool.errors import UnusableInput
+    from volumetool.volume import resolve
+
+    monkeypatch.setenv("VOLUMETOOL_VOLUME", str(tmp_path))
+    for nothing in (None, ""):
+        with pytest.raises(UnusableInput, match="no VOLUME given"):
+            resolve(nothing)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,7 +52,7 @@ from volumetool.search import index
 from volumetool.text import plural
 from volumetool.timefmt import now_iso
 from volumetool.usage import total_sql
-from volumetool.volume import WORK_SECONDS, Volume, give_way
+from volumetool.volume import WORK_SECONDS, Volume, give_way, open_for_write
 
 # The threads an operation deletes, chosen once per transaction into a temporary table.
 _DOOMED = "temp.lifecycle_threads"
@@ -542,6 +543,31 @@ def _after_commit(volume: Volume, done: str, undone: str, hint: str) -> Iterator
         raise Interrupted(
             f"{volume.path}: interrupted; {done} (committed), but {undone}", hint
         ) from None
+
+
+def prune_path(
+    path: str, before: str, vacuum_after: bool, *, busy_timeout: float, wait: float
+) -> tuple[Deletion, int, int]:
+    """`prune`: the volume at `path` opened for writing with the volume lock, and pruned;
+    with the file's size in bytes before and after."""
+    with open_for_write(path, busy_timeout=busy_timeout, lock=True, wait=wait) as volume:
+        size = os.path.getsize(volume.path)
+        done = prune_volume(volume, before, vacuum_after)
+        return done, size, os.path.getsize(volume.path)
+
+
+def erase_path(
+    path: str,
+    keys: Sequence[str],
+    memories_prefixes: Sequence[str],
+    confirm: Callable[[Deletion], None],
+    *,
+    busy_timeout: float,
+    wait: float,
+) -> Deletion:
+    """`erase`: the volume at `path` opened for writing with the volume lock, and erased."""
+    with open_for_write(path, busy_timeout=busy_timeout, lock=True, wait=wait) as volume:
+        return erase(volume, keys, memories_prefixes, confirm)
 
 
 def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:

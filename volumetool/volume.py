@@ -82,12 +82,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def _given(argument: str | os.PathLike | None) -> str:
-    # The CLI takes VOLUME from the environment itself (cli.options); None still reads it for
-    # callers that pass no argument at all (compact, until it takes `volumes_argument`).
+    # $VOLUMETOOL_VOLUME is read by the CLI alone (cli.options), where no VOLUME is given.
     if argument is None or str(argument) == "":
-        argument = os.environ.get(VOLUME_ENV, "")
-        if not argument:
-            raise UnusableInput("no VOLUME given", f"pass a path or set {VOLUME_ENV}")
+        raise UnusableInput("no VOLUME given", f"pass a path or set {VOLUME_ENV}")
     return str(argument)
 
 

@@ -84,10 +84,8 @@ def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_t
       volumetool prune ./vol --archived-before 90d --dry-run --tsv -n 0 | cut -f 2
       volumetool prune ./vol --archived-before 2026-09-01 --vacuum --json
     """
-    import os
-
-    from volumetool.lifecycle import check_before, plan_prune, prune_volume
-    from volumetool.volume import open_for_write, reading
+    from volumetool.lifecycle import check_before, plan_prune, prune_path
+    from volumetool.volume import reading
 
     _check_prune_format(output, tablefmt, dry_run)
     before = check_before(parse_since(before, "--archived-before"))
@@ -98,10 +96,9 @@ def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_t
             _list_prune(conn, before, document | done.thread_counts(), output, tablefmt, limit)
         extra = ""
     else:
-        with open_for_write(volume, busy_timeout=busy_timeout, lock=True, wait=wait) as vol:
-            size = os.path.getsize(vol.path)
-            done = prune_volume(vol, before, vacuum)
-            shrunk = os.path.getsize(vol.path)
+        done, size, shrunk = prune_path(
+            volume, before, vacuum, busy_timeout=busy_timeout, wait=wait
+        )
         extra = f"; the file went from {size:,} to {shrunk:,} bytes" if vacuum else ""
         if output == "json":
             render_document(document | done.thread_counts(), sys.stdout)
@@ -182,9 +179,8 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
       volumetool erase ./vol --key 'telegram:5531918843' --key 'discord:88' --yes
     """
     from volumetool.errors import ProblemsFound
-    from volumetool.lifecycle import check_prefixes, keys_named, plan_erase
-    from volumetool.lifecycle import erase as run
-    from volumetool.volume import open_for_write, reading
+    from volumetool.lifecycle import check_prefixes, erase_path, keys_named, plan_erase
+    from volumetool.volume import reading
 
     keys = tuple(dict.fromkeys(keys))
     memories_prefixes = check_prefixes(memories_prefixes)
@@ -204,8 +200,9 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
         with reading(volume, busy_timeout) as conn:
             done = plan_erase(conn, keys, memories_prefixes)
     else:
-        with open_for_write(volume, busy_timeout=busy_timeout, lock=True, wait=wait) as vol:
-            done = run(vol, keys, memories_prefixes, confirm)
+        done = erase_path(
+            volume, keys, memories_prefixes, confirm, busy_timeout=busy_timeout, wait=wait
+        )
     if as_json:
         document = keys_named(keys, memories_prefixes) | {"dry_run": dry_run}
         document |= {"absent_keys": list(done.absent_keys)} if len(keys) > 1 else {}
