@@ -340,6 +340,29 @@ def test_a_closed_stdout_ends_every_format_quietly_with_exit_0(tmp_path, command
     assert proc.returncode == 0
 
 
+@pytest.mark.parametrize("option", ["--help", "--version"])
+def test_the_groups_own_options_end_as_every_command_does_on_a_closed_or_full_stdout(option):
+    """`volumetool --help | true` exits 0 quietly, as `volumetool status … | head` does (they
+    print before any command runs, where click exited 1); `volumetool --version >/dev/full`
+    is one line and exit 1, not a traceback."""
+    closed = subprocess.Popen([*VT, option], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    closed.stdout.close()  # before it writes: the reader is gone
+    assert closed.stderr.read() == b""
+    assert closed.wait(timeout=60) == 0
+    if not os.path.exists("/dev/full"):
+        return
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([*VT, option], stdout=full, stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == ["volumetool: No space left on device"]
+    with open("/dev/full", "w") as full:
+        debug = subprocess.run([*VT, "--debug", option], stdout=full, stderr=subprocess.PIPE)
+    assert debug.returncode == 1
+    *traceback, last = debug.stderr.decode().splitlines()
+    assert traceback[0] == "Traceback (most recent call last):"
+    assert last == "volumetool: No space left on device"
+
+
 @pytest.mark.parametrize(
     "command",
     [["status", "VOL"], ["memories", "list", "VOL", "--json"], ["backup", "VOL", "-"]],

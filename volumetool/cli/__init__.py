@@ -67,6 +67,16 @@ class LazyGroup(Documented, click.Group):
             return getattr(importlib.import_module(module), attribute)
         return super().get_command(ctx, cmd_name)
 
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        """The group's own --help and --version print here, before `invoke`: a closed or full
+        stdout ends them as it ends every command (click exited 1 on a closed pipe, and let
+        any other error out as a traceback)."""
+        debug = "--debug" in args  # (read first: click's parser consumes `args`)
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except OSError as exc:
+            _fail(_translate(exc), debug)
+
     def invoke(self, ctx: click.Context):
         debug = bool(ctx.params.get("debug"))
         try:
