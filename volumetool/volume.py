@@ -633,15 +633,20 @@ def reading(
 
 @contextlib.contextmanager
 def writing(
-    argument: str | os.PathLike | None, busy_timeout: float
+    argument: str | os.PathLike | None,
+    busy_timeout: float,
+    confirm: Callable[[sqlite3.Connection], None] | None = None,
 ) -> Iterator[sqlite3.Connection]:
-    """How a single-transaction change (remember, forget, thread new) writes: `open_for_write`
-    without the volume lock, then one write transaction for the block (`Volume.write`)."""
-    with (
-        open_for_write(argument, busy_timeout=busy_timeout, lock=False) as vol,
-        vol.write() as conn,
-    ):
-        yield conn
+    """How a single-transaction change (remember, forget, thread new/reset/undo) writes:
+    `open_for_write` without the volume lock, then one write transaction for the block
+    (`Volume.write`). `confirm`, given, first reads in a snapshot and asks; it raises to stop,
+    and then nothing is written."""
+    with open_for_write(argument, busy_timeout=busy_timeout, lock=False) as vol:
+        if confirm is not None:
+            with vol.snapshot() as conn:
+                confirm(conn)
+        with vol.write() as conn:
+            yield conn
 
 
 def lock_path(path: Path) -> Path:

@@ -133,16 +133,14 @@ def _restored(plan) -> str:
 
 
 def confirmed_write(volume, busy_timeout: float, yes: bool, question, change):
-    """Open the volume for writing, ask `question(conn)` (read in a snapshot) unless --yes,
-    then make `change(conn)` in one transaction and return what it returns. An unanswered
-    prompt (stdin closed, as under cron) changes nothing."""
+    """`change(conn)` in one write transaction, and what it returns; unless --yes, asked first
+    with `question(conn)`, read in a snapshot. An unanswered prompt (stdin closed, as under
+    cron) changes nothing."""
     from volumetool.text import escape_control
-    from volumetool.volume import open_for_write
+    from volumetool.volume import writing
 
-    with open_for_write(volume, busy_timeout=busy_timeout, lock=False) as vol:
-        if not yes:
-            with vol.snapshot() as conn:
-                text = question(conn)
-            ask(escape_control(text))
-        with vol.write() as conn:
-            return change(conn)
+    def confirm(conn) -> None:
+        ask(escape_control(question(conn)))
+
+    with writing(volume, busy_timeout, None if yes else confirm) as conn:
+        return change(conn)
