@@ -411,6 +411,7 @@ def test_prune_commits_in_short_transactions_and_the_agent_writes_between_them(
 
     path = old_and_new(tmp_path, size=450)
     doomed, messages = doomed_threads(path)
+    assert run_cli("search", path, "anything").exit_code in (0, 1)  # the index is built
     monkeypatch.setattr(lifecycle, "WORK_SECONDS", 0, raising=False)  # one step each
     [(active,)] = query(path, "SELECT id FROM sessions WHERE status = 'active'")
     agent = sqlite3.connect(path, timeout=0, isolation_level=None)
@@ -486,6 +487,12 @@ def test_a_thread_the_agent_makes_active_again_during_a_prune_keeps_every_messag
     assert left & doomed == {thread}
 
 
+STALE_INDEX_ROWS = (
+    "SELECT c.id FROM search_messages_content c LEFT JOIN messages m ON m.id = c.id"
+    " WHERE m.content IS NOT c.c0"
+)
+
+
 def test_an_interrupted_prune_says_what_it_deleted_and_the_next_one_finishes_it(
     tmp_path, run_cli, monkeypatch
 ):
@@ -496,6 +503,7 @@ def test_an_interrupted_prune_says_what_it_deleted_and_the_next_one_finishes_it(
 
     path = old_and_new(tmp_path, size=450)
     doomed, messages = doomed_threads(path)
+    assert run_cli("search", path, "anything").exit_code in (0, 1)  # the index is built
     monkeypatch.setattr(lifecycle, "WORK_SECONDS", 0, raising=False)
     sleep = time.sleep
     turns = []
@@ -522,6 +530,12 @@ def test_an_interrupted_prune_says_what_it_deleted_and_the_next_one_finishes_it(
     again = run_cli("prune", path, "--archived-before", "2026-10-05")  # before any of them
     assert again.exit_code == 0, again
     assert "pruned 0 archived threads" in again.stderr
+    assert (
+        "finished the prune interrupted earlier, which pruned 11 archived threads last updated"
+        " before 2026-11-01T00:00:00.000Z (4,950 messages"
+    ) in again.stderr
+    # what it finished is out of the search index too, though this prune deleted nothing
+    assert query(path, STALE_INDEX_ROWS) == []
     threads_left, messages_left, [event] = prune_states(path, doomed)
     assert (threads_left, messages_left) == (0, 0)
     assert (event["threads"], event["messages"]) == (11, 11 * 450)

@@ -36,7 +36,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from volumetool import audit
 from volumetool.errors import (
@@ -291,19 +291,33 @@ def _record_prune(
     return _PruneEvent(event.id, before, done)
 
 
-def prune(volume: Volume, before: str) -> Deletion:
+@dataclass(frozen=True)
+class Pruned:
+    """What a prune did: `done`, its own deletions (with those of the run it finished, when
+    that had the same `before`); `earlier`, the `before` and all the deletions of a killed
+    prune with another `before` that it finished first; the file's size before and after."""
+
+    done: Deletion
+    earlier: tuple[str, Deletion] | None = None
+    size: int = 0
+    shrunk: int = 0
+
+
+def prune(volume: Volume, before: str) -> Pruned:
     """Delete the archived threads last updated before `before`, in short transactions that
     give way to the agent between them, with one audit `thread` event (action `prune`) that
     counts them; nothing at all when there are none (a daily cron run leaves no trail of
     empty events). A prune that was killed is finished first, under its own event, so its
     event ends counting everything it deleted. Returns what the prune deleted, by this run
-    and by the run it finished, if it finishes one with the same `before`."""
+    and by the run it finished, if it finishes one with the same `before`, and what a run it
+    finished with another `before` deleted (`Pruned`)."""
     with volume.snapshot() as conn:
         unfinished = _unfinished_prune(conn)
+    earlier = None
     if unfinished and unfinished.before != before:
-        _prune_with(volume, unfinished.before, unfinished)
+        earlier = (unfinished.before, _prune_with(volume, unfinished.before, unfinished))
         unfinished = None
-    return _prune_with(volume, before, unfinished)
+    return Pruned(_prune_with(volume, before, unfinished), earlier)
 
 
 def _prune_with(volume: Volume, before: str, event: _PruneEvent | None) -> Deletion:
@@ -547,13 +561,13 @@ def _after_commit(volume: Volume, done: str, undone: str, hint: str) -> Iterator
 
 def prune_path(
     path: str, before: str, vacuum_after: bool, *, busy_timeout: float, wait: float
-) -> tuple[Deletion, int, int]:
+) -> Pruned:
     """`prune`: the volume at `path` opened for writing with the volume lock, and pruned;
     with the file's size in bytes before and after."""
     with open_for_write(path, busy_timeout=busy_timeout, lock=True, wait=wait) as volume:
         size = os.path.getsize(volume.path)
-        done = prune_volume(volume, before, vacuum_after)
-        return done, size, os.path.getsize(volume.path)
+        pruned = prune_volume(volume, before, vacuum_after)
+        return replace(pruned, size=size, shrunk=os.path.getsize(volume.path))
 
 
 def erase_path(
@@ -570,7 +584,7 @@ def erase_path(
         return erase(volume, keys, memories_prefixes, confirm)
 
 
-def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:
+def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Pruned:
     """The whole prune on a volume opened for writing (with the volume lock): delete in short
     transactions (`prune`), take the pruned text out of the search index in short ones too,
     and with `vacuum_after` merge the index and rewrite the file (VACUUM) so the space goes
@@ -579,7 +593,8 @@ def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:
     # Many small commits: the WAL is synced at checkpoints, not at each one (the agent would
     # wait for each sync). A commit lost to a power cut is deleted again by the next prune.
     volume.conn.execute("PRAGMA synchronous = NORMAL")
-    done = prune(volume, before)
+    pruned = prune(volume, before)
+    done = pruned.done
     with _after_commit(
         volume,
         f"pruned {plural(done.threads, 'thread')}",
@@ -588,6 +603,6 @@ def prune_volume(volume: Volume, before: str, vacuum_after: bool) -> Deletion:
     ):
         if vacuum_after:
             scrub(volume)
-        elif done.threads:
+        elif done.threads or pruned.earlier:
             index.tidy(volume)
-    return done
+    return pruned

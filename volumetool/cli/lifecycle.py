@@ -96,10 +96,13 @@ def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_t
             _list_prune(conn, before, document | done.thread_counts(), output, tablefmt, limit)
         extra = ""
     else:
-        done, size, shrunk = prune_path(
-            volume, before, vacuum, busy_timeout=busy_timeout, wait=wait
-        )
-        extra = f"; the file went from {size:,} to {shrunk:,} bytes" if vacuum else ""
+        pruned = prune_path(volume, before, vacuum, busy_timeout=busy_timeout, wait=wait)
+        done = pruned.done
+        if pruned.earlier:
+            earlier, went = pruned.earlier
+            what = ("archived thread", f"last updated before {earlier}")
+            say(_deletion_line("finished the prune interrupted earlier, which pruned", what, went))
+        extra = f"; the file went from {pruned.size:,} to {pruned.shrunk:,} bytes" if vacuum else ""
         if output == "json":
             render_document(document | done.thread_counts(), sys.stdout)
     verb = "would prune" if dry_run else "pruned"
