@@ -248,6 +248,60 @@ def test_the_library_never_imports_click(path):
     assert "click" not in imports_of(path)
 
 
+# What a command may take from volume.py: the one snapshot, the one transaction, and what a
+# path names (no database opened). Anything more (a Volume, open_for_write, SQL) belongs in
+# the library call the command makes.
+COMMAND_VOLUME_NAMES = {"reading", "writing", "resolve", "resolve_new", "select", "is_sqlite_file"}
+DATABASE_CALLS = {"execute", "executemany", "executescript", "snapshot"}
+
+
+def database_work_in(path: Path) -> list[str]:
+    """What a command module does with a database itself: imports of sqlite3/sqlite_utils or of
+    volume.py beyond `reading`/`writing`, and calls of a connection's or a volume's methods."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in _DATABASE_LIBRARIES]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] in _DATABASE_LIBRARIES:
+                found.append(node.module)
+            elif node.module == "volumetool.volume":
+                found += [
+                    f"volume.{a.name}" for a in node.names if a.name not in COMMAND_VOLUME_NAMES
+                ]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in DATABASE_CALLS
+        ):
+            found.append(f"line {node.lineno}: .{node.func.attr}()")
+    return found
+
+
+_DATABASE_LIBRARIES = {"sqlite3", "sqlite_utils"}
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "volumetool" / "cli").glob("*.py")), ids=lambda p: p.name
+)
+def test_a_command_opens_no_volume_and_runs_no_sql(path):
+    """parse → one library call → render (ARCHITECTURE.md, "Add a command"): a command module
+    reads through `volume.reading` and writes through `volume.writing` or a library function
+    that opens the volume itself."""
+    assert database_work_in(path) == []
+
+
+def test_the_command_check_finds_database_work(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import sqlite3\nfrom volumetool.volume import open_for_write, reading\n"
+        "def f(vol):\n    with vol.snapshot() as conn:\n        conn.execute('SELECT 1')\n"
+    )
+    assert sorted(database_work_in(probe)) == sorted(
+        ["sqlite3", "volume.open_for_write", "line 4: .snapshot()", "line 5: .execute()"]
+    )
+
+
 def test_the_docs_exit_code_table_is_the_code_s():
     table = docs.page("reference/exit-codes")
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
