@@ -190,11 +190,6 @@ def test_the_switches_do_not_come_from_the_environment(run_cli, volume, server, 
 # --- messages of a split fold -----------------------------------------------------------------
 
 
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv("TEST_MODEL_KEY", "sk-test-7f3a9c0b1d2e4f5a6b7c8d9e0f1a2b3c")
-
-
 def long_thread(tmp_path, turns: int = 30):
     w = VolumeWriter(tmp_path / "long.db")
     due_thread(w, "long", turns=turns)
@@ -202,7 +197,7 @@ def long_thread(tmp_path, turns: int = 30):
     return w.path
 
 
-def test_a_part_that_fails_says_which_part_of_how_many(server, tmp_path, key):
+def test_a_part_that_fails_says_which_part_of_how_many(server, tmp_path, model_key):
     path = long_thread(tmp_path)
     server.queue(None, "content_filter")
     [outcome], _ = run_compact([str(path)], provider_request(server, max_input_tokens=6_000))
@@ -214,7 +209,9 @@ def test_a_part_that_fails_says_which_part_of_how_many(server, tmp_path, key):
     ), outcome.error
 
 
-def test_a_split_the_server_asked_for_says_so_before_the_part_that_failed(server, tmp_path, key):
+def test_a_split_the_server_asked_for_says_so_before_the_part_that_failed(
+    server, tmp_path, model_key
+):
     path = long_thread(tmp_path, turns=40)
     server.queue("context_length", None, "content_filter")
     [outcome], _ = run_compact([str(path)], provider_request(server))
@@ -224,7 +221,7 @@ def test_a_split_the_server_asked_for_says_so_before_the_part_that_failed(server
     assert ": the provider's content filter stopped the answer (POST " in outcome.error
 
 
-def test_a_fold_in_one_part_fails_with_the_reason_alone(server, tmp_path, key):
+def test_a_fold_in_one_part_fails_with_the_reason_alone(server, tmp_path, model_key):
     path = long_thread(tmp_path, turns=5)
     server.fault = "content_filter"
     [outcome], _ = run_compact([str(path)], provider_request(server))
@@ -245,7 +242,7 @@ def count_twice_the_estimate(server):
     server.on_request = count
 
 
-def test_the_servers_count_corrects_the_next_plans_estimate(server, tmp_path, key):
+def test_the_servers_count_corrects_the_next_plans_estimate(server, tmp_path, model_key):
     """After one compaction whose server counted twice the estimate, the next request to that
     model holds --max-input-tokens in the server's tokens: a fold that went in one request
     before is now split. A volume without the figure still sends it whole."""
