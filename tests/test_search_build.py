@@ -4,7 +4,6 @@ way) when the agent deleted or replaced a message meanwhile, or an erase came.""
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from tests.support.volumes import VolumeWriter
 from tests.test_lifecycle import holds
 from tests.test_search import as_found, everything, oracle
 from tests.test_threads import query
+from volumetool import volume as volume_module
 from volumetool.format import SEARCH_BUILDS, SEARCH_FTS5
 from volumetool.search import index
 from volumetool.search.find import SearchRequest, search
@@ -145,8 +145,8 @@ def test_an_erase_during_the_build_drops_it_and_no_byte_of_the_erased_text_stays
 def test_what_a_killed_build_left_is_accepted_by_check_and_dropped_by_the_next_build(
     big, run_cli, journal
 ):
-    """With a rollback journal the next index is built another way (BATCH texts a write
-    transaction): what a killed build left goes all the same."""
+    """With a rollback journal the next index is built another way (in write transactions
+    sized by time): what a killed build left goes all the same."""
     conn = sqlite3.connect(big)
     conn.execute(f"PRAGMA journal_mode = {journal}")
     conn.execute(f"CREATE VIRTUAL TABLE {SEARCH_BUILDS[0]} USING {SEARCH_FTS5}")
@@ -220,9 +220,10 @@ def test_with_a_rollback_journal_the_first_build_holds_the_agent_up_one_batch_at
     """A reader of a file with a rollback journal holds every commit of the agent off while it
     reads: a fill of the whole volume in one snapshot would hold the agent up for as long as
     the tokenizing takes (seconds on a large volume, past its busy timeout). There the index is
-    built BATCH messages a write transaction, and the agent writes between any two of them."""
+    built as a refresh keeps it, in write transactions sized by time (the first of
+    `index.FIRST` messages, then at most twice the one before), and the agent writes between
+    any two of them."""
     sqlite3.connect(big).execute("PRAGMA journal_mode = DELETE").close()
-    monkeypatch.setattr(index, "BATCH", 300)
     writes, locked_out = [], []
 
     def write(*_: object) -> None:
@@ -238,15 +239,7 @@ def test_with_a_rollback_journal_the_first_build_holds_the_agent_up_one_batch_at
         else:
             writes.append(True)
 
-    turn = index._turn
-
-    @contextlib.contextmanager
-    def turn_then_write(volume):
-        with turn(volume) as conn:
-            yield conn
-        write()
-
-    monkeypatch.setattr(index, "_turn", turn_then_write)
+    monkeypatch.setattr(volume_module.time, "sleep", write)  # volume.give_way, after each
     steps(big, write)
     assert locked_out == []
     assert len(writes) > MESSAGES // 300  # between every two transactions

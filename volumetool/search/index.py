@@ -25,7 +25,6 @@ the write lock.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
@@ -48,14 +47,19 @@ BUILDS = dict(zip(SEARCH_TABLES, SEARCH_BUILDS, strict=True))  # each table's fi
 SLOT_SUMMARY, SLOT_HISTORY, SLOT_MEMORY = 1, 2, 3  # text document id = source id * 4 + slot
 # Source ids beyond this would overflow `id * 4`; no agent file comes near (they are not found).
 ID_LIMIT = 1 << 60
-BATCH = 20_000  # documents a refresh transaction writes: a few tenths of a second
 REFRESH_AT = 1_000  # a search that lacks fewer reads them directly and writes nothing
-TIDY_FIRST = 100  # index rows the first transaction of `tidy` deletes; then sized by time
 WALK = 64  # messages compared at a time when looking for reused ids below the top
-# A pause after each of a run of write transactions: an agent waiting for the write lock looks
-# again at least every 100 ms (SQLite's busy handler), and without it would find the next of
-# ours already begun, again and again (measured: 3 s waits while the index was built).
-GIVE_WAY = 0.1
+FIRST = 100  # documents the first transaction of a refresh or tidy writes; then sized by time
+# Seconds of copying each write transaction of a first build aims at (then `give_way`, as
+# long again): a copy is plain rows, so three times prune's work a transaction, which makes
+# fewer turns of the copy, still lets an agent's write in within about 50 ms, its commit
+# included (writing the copied pages to the WAL: 25 ms of copying took 15-25 ms more at the
+# commit, and the agent waited up to 58-90 ms; at 15 ms, 23-54 ms on a loaded machine).
+# Indexing is not plain rows: FTS5 merges its segments now and then within a write, one
+# transaction in ten or so taking 10 ms more whatever its size, so a refresh aims at prune's
+# WORK_SECONDS (measured on 50,000 new messages: the agent waited up to 57-60 ms aiming at 25
+# or 10 ms a transaction, 34-36 ms at 5 ms, the refresh a quarter longer).
+TURN = 0.015
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,9 @@ def _ids(values: Iterable[int]) -> str:
     return json.dumps(list(values))
 
 
+_IN_BATCH = "IN (SELECT value FROM json_each(?))"  # the ids `_ids` gave
+
+
 def add_messages(
     conn: sqlite3.Connection,
     table: str,
@@ -248,16 +255,21 @@ def add_messages(
     return added
 
 
-def add_texts(conn: sqlite3.Connection, table: str, docs: Iterable[int]) -> None:
-    """Index into `table` the text documents `docs` (ids `source id * 4 + slot`)."""
+def add_texts(
+    conn: sqlite3.Connection, table: str, docs: Iterable[int], lacking: bool = False
+) -> None:
+    """Index into `table` the text documents `docs` (ids `source id * 4 + slot`) that are
+    there to index; with `lacking`, only those `table` does not hold yet."""
     docs = list(docs)
     for source in TEXT_SOURCES:
         ids = [doc >> 2 for doc in docs if doc & 3 == source.slot]
         if ids:
+            doc = f"t.{source.id} * 4 + {source.slot}"
+            held = f" AND NOT EXISTS (SELECT 1 FROM {table}_content c WHERE c.id = {doc})"
             conn.execute(
-                f"INSERT INTO {table} (rowid, text, key)"
-                f" SELECT t.{source.id} * 4 + {source.slot}, t.{source.text}, {source.key}"
-                f" FROM {source.table} t WHERE t.{source.id} IN (SELECT value FROM json_each(?))",
+                f"INSERT INTO {table} (rowid, text, key) SELECT {doc}, t.{source.text},"
+                f" {source.key} FROM {source.table} t WHERE t.{source.id} {_IN_BATCH}"
+                f" AND {source.where}{held if lacking else ''}",
                 (_ids(ids),),
             )
 
@@ -275,99 +287,130 @@ def _count_messages(conn: sqlite3.Connection, change: int | None = None) -> None
         )
 
 
-@contextlib.contextmanager
-def _turn(volume: Volume) -> Iterator[sqlite3.Connection]:
-    """One of a run of write transactions, then GIVE_WAY."""
-    with volume.write() as conn:
-        yield conn
-    time.sleep(GIVE_WAY)
-
-
 # Index rows whose message is gone, or holds other text now (its id was reused).
 _STALE_MESSAGES = (
     f"SELECT c.id FROM {MESSAGES}_content c LEFT JOIN messages m ON m.id = c.id"
     " WHERE m.content IS NOT c.c0"
 )
+# Messages at or below an id that the index lacks.
+_LACKING_BELOW = (
+    f"SELECT m.id FROM messages m WHERE m.id <= ? AND NOT EXISTS"
+    f" (SELECT 1 FROM {MESSAGES}_content c WHERE c.id = m.id)"
+)
+
+Step = Callable[[sqlite3.Connection, int], bool]
+
+
+def in_turns(volume: Volume, step: Step) -> None:
+    """Call `step(conn, size)` in write transactions until it returns False (nothing left, or
+    no index to keep), giving way after each, the last too (`volume.give_way`): each `size`d
+    by `volume.resized` to hold the write lock about `volume.WORK_SECONDS`, as a prune does.
+    FTS5 writes what it was given at a savepoint or the commit: a savepoint at the end of
+    the work has it written where it is timed (a commit in a rollback journal syncs, as long
+    for one row as for many, so the commit itself does not size the next)."""
+    size = FIRST
+    while True:
+        with volume.write() as conn:
+            started = time.monotonic()  # the lock is ours: the wait for it is not our work
+            more = step(conn, size)
+            conn.execute("SAVEPOINT written")
+            conn.execute("RELEASE written")
+            work = time.monotonic() - started
+        give_way(volume.conn, time.monotonic() - started)  # before any other work too
+        if not more:
+            return
+        size = resized(size, work, size * 2)
+
+
+def each_in_turns(
+    volume: Volume, items: list[int], mend: Callable[[sqlite3.Connection, list[int]], bool]
+) -> None:
+    """`mend(conn, some)` for every item of `items`, a time-sized slice a transaction
+    (`in_turns`), until all are done or `mend` returns False."""
+    done = 0
+
+    def step(conn: sqlite3.Connection, size: int) -> bool:
+        nonlocal done
+        if not mend(conn, items[done : done + size]):
+            return False
+        done += size
+        return done < len(items)
+
+    if items:
+        in_turns(volume, step)
+
+
+def mend_messages(conn: sqlite3.Connection, ids: list[int]) -> bool:
+    """Make the index hold exactly what the messages `ids` say now, checked under the write
+    lock: a copy whose message is gone or says something else now taken out, one it lacks
+    added. False when there is no index to keep (`_maintained`)."""
+    if not _maintained(conn):
+        return False
+    batch = _ids(ids)
+    removed = conn.execute(
+        f"DELETE FROM {MESSAGES} WHERE rowid IN ({_STALE_MESSAGES} AND c.id {_IN_BATCH})",
+        (batch,),
+    ).rowcount
+    added = conn.execute(
+        f"INSERT INTO {MESSAGES} (rowid, text) SELECT m.id, m.content FROM messages m"
+        f" WHERE m.id {_IN_BATCH} AND NOT EXISTS"
+        f" (SELECT 1 FROM {MESSAGES}_content c WHERE c.id = m.id)",
+        (batch,),
+    ).rowcount
+    _count_messages(conn, added - removed)
+    return True
+
+
+def mend_texts(conn: sqlite3.Connection, docs: list[int]) -> bool:
+    """`mend_messages` for the text documents `docs` (summaries and memories)."""
+    if not _maintained(conn):
+        return False
+    conn.execute(
+        f"DELETE FROM {TEXTS} WHERE rowid IN ({_stale_texts_sql()} AND c.id {_IN_BATCH})",
+        (_ids(docs),),
+    )
+    add_texts(conn, TEXTS, docs, lacking=True)
+    return True
 
 
 def tidy(volume: Volume) -> None:
     """Take out of the index every copy of text the volume no longer has: deleted or replaced
     messages, summaries and memories. They are found in a read snapshot (a deleted message is
-    known only by its absence: tenths of a second for a million), then deleted in transactions
-    sized to hold the lock about `volume.WORK_SECONDS` each, giving way between them, each
-    checked again under the write lock; with secure_delete where they stood."""
+    known only by its absence: tenths of a second for a million), then set right in short
+    transactions (`each_in_turns`), each checked again under the write lock; with
+    secure_delete where they stood."""
     with volume.snapshot() as conn:
         if index_state(conn) != "present":
             return
-        stale = [row for (row,) in conn.execute(_STALE_MESSAGES)]
-        texts = conn.execute(f"SELECT EXISTS ({_stale_texts_sql()})").fetchone()[0]
-    size = TIDY_FIRST
-    while stale:
-        batch, stale = stale[:size], stale[size:]
-        with volume.write() as conn:
-            started = time.monotonic()  # the lock is ours: the wait for it is not our work
-            if not _maintained(conn):
-                return
-            removed = conn.execute(
-                f"DELETE FROM {MESSAGES} WHERE rowid IN ({_STALE_MESSAGES}"
-                " AND c.id IN (SELECT value FROM json_each(?)))",
-                (_ids(batch),),
-            ).rowcount
-            _count_messages(conn, -removed)
-            # sized by the work, not the commit: a commit that syncs (a rollback journal)
-            # takes as long for one row as for many
-            size = resized(size, time.monotonic() - started, BATCH)
-        give_way(volume.conn, time.monotonic() - started)
-    if texts:
-        with _turn(volume) as conn:
-            if _maintained(conn):
-                conn.execute(f"DELETE FROM {TEXTS} WHERE rowid IN ({_stale_texts_sql()})")
+        messages = [row for (row,) in conn.execute(_STALE_MESSAGES)]
+        texts = [row for (row,) in conn.execute(_stale_texts_sql())]
+    each_in_turns(volume, messages, mend_messages)
+    each_in_turns(volume, texts, mend_texts)
 
 
-def sync_step(conn: sqlite3.Connection) -> bool:
-    """One refresh transaction, after `tidy`: create the index if need be, index again the
-    messages whose ids were reused, and add up to BATCH of the summaries and memories it
-    lacks. What the agent deleted since `tidy` ran (rare) is swept here, BATCH at a time.
-    Returns whether nothing is left but new messages."""
-    for statement in create_statements():
-        conn.execute(statement)
-    found = pending(conn)
-    changed = _ids(found.changed)
-    removed = conn.execute(
-        f"DELETE FROM {MESSAGES} WHERE rowid IN (SELECT value FROM json_each(?))", (changed,)
-    ).rowcount
-    _count_messages(conn, add_messages(conn, MESSAGES, None, 0, found.changed) - removed)
-    if found.gone_messages and found.top is not None:
-        conn.execute(f"DELETE FROM {MESSAGES} WHERE rowid IN ({_STALE_MESSAGES} LIMIT {BATCH})")
-        conn.execute(
-            f"INSERT INTO {MESSAGES} (rowid, text) SELECT m.id, m.content FROM messages m"
-            f" WHERE m.id <= ? AND NOT EXISTS (SELECT 1 FROM {MESSAGES}_content c"
-            f" WHERE c.id = m.id) LIMIT {BATCH}",
-            (found.top,),
-        )
-        _count_messages(conn)
-    if found.gone_texts:
-        conn.execute(f"DELETE FROM {TEXTS} WHERE rowid IN ({_stale_texts_sql()})")
-    add_texts(conn, TEXTS, found.texts[:BATCH])
-    return len(found.texts) <= BATCH and not found.gone_messages
-
-
-def append_step(conn: sqlite3.Connection) -> int:
-    """One refresh transaction: index the next BATCH new messages; returns how many."""
+def append(conn: sqlite3.Connection, size: int) -> bool:
+    """Index the next `size` messages above the highest indexed; whether there may be more."""
+    if not _maintained(conn):
+        return False
     top = _scalar(conn, f"SELECT max(id) FROM {MESSAGES}_content")
-    added = add_messages(conn, MESSAGES, top, BATCH)
+    added = add_messages(conn, MESSAGES, top, size)
     _count_messages(conn, added)
-    return added
+    return added == size
 
 
 Progress = Callable[[int, int], None]  # (done, total) of a first build
 
 
 def refresh(volume: Volume, found: Pending, progress: Progress | None = None) -> None:
-    """Bring the index up to date in short write transactions (BATCH documents each), so
-    that the agent never waits long for its own writes; a volume with no index at all is
-    indexed by `build` first. `found`: what a snapshot found."""
+    """Bring the index up to date in short write transactions that give way to the agent
+    (`in_turns`); a volume with no index at all is indexed by `build` first. What the index
+    lacks or holds stale is found in a read snapshot, off the write lock, and each transaction
+    checks its part again under it. `found`: what the search's snapshot found."""
     volume.conn.execute("PRAGMA secure_delete = ON")  # a text taken out leaves no copy
+    if _journal_mode(volume.conn) == "wal":
+        # Many small commits of a copy the volume's own rows can always make again: the WAL
+        # is synced at checkpoints, not at each (the agent would wait for each sync).
+        volume.conn.execute("PRAGMA synchronous = NORMAL")
     if not found.indexed and found.count:
         with volume.snapshot() as conn:
             absent = index_state(conn) == "absent"
@@ -376,16 +419,33 @@ def refresh(volume: Volume, found: Pending, progress: Progress | None = None) ->
         elif absent:  # built below instead: what a killed build left goes first
             with volume.write() as conn:
                 drop_build(conn)
-    if found.stale:
-        tidy(volume)
-    while True:
-        with _turn(volume) as conn:
-            if sync_step(conn):
-                break
-    while True:
-        with _turn(volume) as conn:
-            if append_step(conn) < BATCH:
-                break
+    with volume.snapshot() as conn:
+        present = index_state(conn) == "present"
+    if not present:
+        with volume.write() as conn:  # an index given up, or some of its objects gone
+            for statement in create_statements():
+                conn.execute(statement)
+    with volume.snapshot() as conn:
+        found = pending(conn)
+        messages, texts = set(found.changed), set(found.texts)
+        miscounted = False
+        if found.gone_messages and found.top is not None:
+            messages.update(row for (row,) in conn.execute(_STALE_MESSAGES))
+            messages.update(row for (row,) in conn.execute(_LACKING_BELOW, (found.top,)))
+            # each transaction adds to the count what it adds to the index: a count that
+            # differs from the rows indexed stays so until counted again (its row was lost)
+            miscounted = _scalar(
+                conn, f"SELECT value FROM {SEARCH_STATE} WHERE name = 'messages'"
+            ) != _scalar(conn, f"SELECT count(*) FROM {MESSAGES}_content")
+        if found.gone_texts:
+            texts.update(row for (row,) in conn.execute(_stale_texts_sql()))
+    each_in_turns(volume, sorted(texts), mend_texts)
+    each_in_turns(volume, sorted(messages), mend_messages)
+    if miscounted:
+        with volume.write() as conn:
+            if _maintained(conn):
+                _count_messages(conn)
+    in_turns(volume, append)
 
 
 # -- a first build: the tokenizing off the write lock ------------------------------------------
@@ -396,15 +456,11 @@ def _journal_mode(conn: sqlite3.Connection) -> str:
     WAL mode does a reader leave the agent's commits alone. With a rollback journal its read
     lock holds every commit of the agent off until the last message is tokenized (measured:
     1.2 s for 500,000 short messages, past a busy timeout on a large volume), so the index is
-    built as `refresh` keeps it, BATCH messages a write transaction."""
+    built as `refresh` keeps it, in write transactions sized by time."""
     return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
 
 
 FILL = 20_000  # messages FTS5 reads per statement of a first build (progress between them)
-# Seconds of copying each write transaction of a first build aims at (then `give_way`, as
-# long again): a copy is plain rows, so five times prune's work a transaction, which halves
-# the turns the copy takes, still lets an agent's write in within about 33 ms.
-TURN = 0.025
 # The tables of an FTS5 index and their keys, the structure and settings last.
 SHADOWS = (("content", "id"), ("idx", "segid, term"), ("data", "id"), ("config", "k"))
 
@@ -442,6 +498,9 @@ class _Build:
     def run(self) -> bool:
         conn = self.copier.conn
         conn.execute("PRAGMA secure_delete = ON")
+        # The copy's many commits are synced at checkpoints, not each (the agent waited for
+        # each sync: 15 ms of its 40 ms): one lost to a power cut leaves a build the next drops.
+        conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("ATTACH DATABASE '' AS scratch")
         try:
             self.fill()
