@@ -15,6 +15,9 @@ from tests.test_search import as_found, everything, oracle
 from tests.test_search_build import erase_bob
 from tests.test_threads import query
 from volumetool import volume as volume_module
+from volumetool.format import SEARCH_TABLES
+from volumetool.search import index
+from volumetool.volume import open_for_write
 
 NEW = 1_500  # messages written after the index was built: well over what a first turn indexes
 SECRET = "quokka4471"  # in discord:bob only, written after the index was built
@@ -135,5 +138,28 @@ def test_memories_changed_and_forgotten_between_turns_are_indexed_as_they_are_no
     monkeypatch.undo()
     texts = "SELECT count(*) FROM search_texts_content"
     assert query(behind, texts) == query(behind, "SELECT count(*) FROM memories")
+    for word in ("kiwi3", "plum", "memory"):
+        assert as_found(everything(behind, word, write_index=False)) == oracle(behind, [word])
+
+
+def test_the_index_is_merged_down_in_short_transactions_and_the_agent_writes_between(
+    behind, monkeypatch
+):
+    """An erase's scrub merges the index down to one segment (its older ones still hold the
+    words) a few pages a transaction, as FTS5's 'optimize' would in one."""
+    everything(behind, "kiwi3")  # refreshed in many transactions: many segments
+    monkeypatch.setattr(index, "FIRST", 1)  # a page a transaction
+    monkeypatch.setattr(volume_module, "WORK_SECONDS", 0)
+    seen = agent_between_turns(behind, monkeypatch)
+    with open_for_write(behind, lock=False) as volume:
+        index.merge_all(volume)
+    monkeypatch.undo()
+    assert len(seen) > 2 * len(SEARCH_TABLES)  # more than a transaction a table
+    conn = sqlite3.connect(behind)
+    for name in SEARCH_TABLES:  # nothing left to merge: it is one segment
+        before = conn.total_changes
+        conn.execute(f"INSERT INTO {name} ({name}, rank) VALUES ('merge', -1000000)")
+        assert conn.total_changes - before < 2
+    conn.close()
     for word in ("kiwi3", "plum", "memory"):
         assert as_found(everything(behind, word, write_index=False)) == oracle(behind, [word])

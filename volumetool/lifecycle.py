@@ -502,8 +502,7 @@ def scrub(volume: Volume) -> None:
         with volume.write() as conn:  # first: a build renamed after it would escape the tidy
             index.drop_build(conn)
         index.tidy(volume)
-        with volume.write() as conn:
-            index.merge_all(conn)
+        index.merge_all(volume)
     except Damaged:
         with volume.write() as conn:
             index.drop(conn)

@@ -734,10 +734,26 @@ def _maintained(conn: sqlite3.Connection) -> bool:
     return state == "present"
 
 
-def merge_all(conn: sqlite3.Connection) -> None:
+def merge_all(volume: Volume) -> None:
     """Merge each FTS5 table down to one segment. A deleted document leaves only a tombstone
     beside its words in the older segments; merging drops both, and with secure_delete the
-    pages they freed are zeroed."""
-    if _maintained(conn):
-        for name in SEARCH_TABLES:
-            conn.execute(f"INSERT INTO {name} ({name}) VALUES ('optimize')")
+    pages they freed are zeroed. As FTS5's 'optimize' does, but in short transactions
+    (`in_turns`, a number of pages each): a 'merge' with a negative count puts every segment
+    on one level and starts merging them, positive ones carry it on until one finds nothing
+    left to merge (SQLite's changes counter then moves by less than 2)."""
+    for name in SEARCH_TABLES:
+        begun = False
+
+        def step(conn: sqlite3.Connection, pages: int, name: str = name) -> bool:
+            nonlocal begun
+            if not _maintained(conn):
+                return False
+            before = conn.total_changes
+            conn.execute(
+                f"INSERT INTO {name} ({name}, rank) VALUES ('merge', ?)",
+                (pages if begun else -pages,),
+            )
+            begun = True
+            return conn.total_changes - before >= 2
+
+        in_turns(volume, step)
