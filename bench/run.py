@@ -1030,6 +1030,7 @@ class AgentWait:
     p99: float
     turns: int
     command_seconds: float
+    load: float = 0.0  # the machine's 1-minute load average as the command ended
 
     def __str__(self) -> str:
         return f"{self.longest * 1e3:.0f} ms at most, p99 {self.p99 * 1e3:.0f} ms"
@@ -1063,6 +1064,7 @@ def _agent_wait(
         p99=during[math.ceil(len(during) * 0.99) - 1],
         turns=len(during),
         command_seconds=finished - started,
+        load=os.getloadavg()[0],
     )
 
 

@@ -9,6 +9,7 @@ most for every command but `migrate` (the agent must be stopped for it) and an e
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Callable, Sequence
@@ -50,18 +51,24 @@ class WaitRow:
     command: str
     wait: AgentWait
     exception: str = ""  # why the goal does not hold for this command
+    # Why it may hold the agent longer (the work the SPEC makes one transaction, which grows
+    # with what the command is given): said in the table when the goal is missed.
+    why: str = ""
 
     @property
     def met(self) -> bool | None:
         return None if self.exception else self.wait.longest <= GOAL
 
+    @property
+    def verdict(self) -> str:
+        return "exception" if self.met is None else ("goal met" if self.met else "goal MISSED")
+
 
 def report_wait(row: WaitRow) -> WaitRow:
-    verdict = "exception" if row.met is None else ("goal met" if row.met else "goal MISSED")
     print(
         f"agent's wait: {row.command:<52} longest {row.wait.longest * 1e3:7.1f} ms, p99 "
         f"{row.wait.p99 * 1e3:7.1f} ms over {row.wait.turns:,} turns in "
-        f"{row.wait.command_seconds:.2f}s  [{verdict}]",
+        f"{row.wait.command_seconds:.2f}s, load {row.wait.load:.1f}  [{row.verdict}]",
         flush=True,
     )
     return row
@@ -95,9 +102,17 @@ def wait_rows(scale: Scale, large: Path) -> list[WaitRow]:
     copy = CACHE / "wait-backup.db"
     rows = []
 
-    def row(name: str, command: Sequence[object], source: Path, exception: str = "", **kw):
+    def row(
+        name: str,
+        command: Sequence[object],
+        source: Path,
+        exception: str = "",
+        why: str = "",
+        **kw,
+    ):
         setup = _removing(copy, then=_copy(source, work))
-        rows.append(report_wait(WaitRow(name, _agent_wait(command, setup, work, **kw), exception)))
+        wait = _agent_wait(command, setup, work, **kw)
+        rows.append(report_wait(WaitRow(name, wait, exception, why)))
 
     # The floor: the agent alone, what this machine's scheduling and disk cost it.
     row(
@@ -112,6 +127,8 @@ def wait_rows(scale: Scale, large: Path) -> list[WaitRow]:
             f"compact 1 thread (a fold of {UNDO_MESSAGES:,} messages)",
             [*compact_command(work, server.url), *NO_GATE],
             fold,
+            why=f"a compaction's success is one transaction (SPEC 6): here it marks"
+            f" {UNDO_MESSAGES:,} messages folded; the more a fold holds, the longer",
         )
         config = compaction_config(server)
         due = call(VT, "compact", threads, "--config", config, "--dry-run", "--json").count(
@@ -121,11 +138,16 @@ def wait_rows(scale: Scale, large: Path) -> list[WaitRow]:
             f"compact {due} due threads, concurrency 16",
             [VT, "compact", work, "--config", config, "--concurrency", 16, *NO_GATE],
             threads,
+            why="each thread's success is one transaction (SPEC 6), and 16 end"
+            " at about the same moment: the agent may wait for several in a row",
         )
     row(
         f"prune a tenth of the messages ({len(tenth):,} threads)",
         [VT, "prune", work, "--archived-before", before],
         indexed,
+        why="short transactions, 5 ms of work each; but FTS5 merges the index's segments"
+        " within some of those that take its text out, whatever their size (up to 85 ms"
+        " of work measured at load 6)",
     )
     row(
         f"prune a tenth of the messages ({len(tenth):,} threads) --vacuum",
@@ -137,11 +159,17 @@ def wait_rows(scale: Scale, large: Path) -> list[WaitRow]:
         f"erase a key holding a tenth of the messages ({len(tenth):,} threads)",
         [VT, "erase", work, "--key", "bench:erase", "--yes"],
         erasable,
+        why="its delete is one transaction (SPEC 13), here of a tenth of the messages; then"
+        " VACUUM rewrites the file under the write lock so that no byte of the erased text"
+        " stays: the longest wait. A page-level scrub instead (issue 31) is not done yet",
     )
     row(
         f"memories import ({scale.memories:,})",
         [VT, "memories", "import", work, memories_jsonl(scale)],
         large,
+        why=f"the whole file is written in one transaction (SPEC 7): here"
+        f" {scale.memories:,} memories, some 5 µs each (by proportion, over 50 ms from"
+        " about 10,000)",
     )
     row("first search: builds the index", [VT, "search", work, "deploy", "-n", "1"], large)
     row(
@@ -153,8 +181,16 @@ def wait_rows(scale: Scale, large: Path) -> list[WaitRow]:
         f"thread undo of a compaction of {UNDO_MESSAGES:,} messages",
         [VT, "thread", "undo", work, KEY, "--yes"],
         compacted,
+        why=f"one BEGIN IMMEDIATE transaction (SPEC 10): here it makes"
+        f" {UNDO_MESSAGES:,} folded messages live again",
     )
-    row(f"backup ({scale.sessions:,} threads)", [VT, "backup", work, copy], large)
+    row(
+        f"backup ({scale.sessions:,} threads)",
+        [VT, "backup", work, copy],
+        large,
+        why="it takes no write lock (one read snapshot beside the agent, SQLite's online"
+        " backup): the agent waited for the machine, busy writing the copy",
+    )
     row(f"check ({scale.sessions:,} threads)", [VT, "check", work], large)
     for path in (*CACHE.glob("wait-work.db*"), copy):
         path.unlink(missing_ok=True)
@@ -173,16 +209,25 @@ def section(rows: list[WaitRow], scale: Scale) -> str:
         "except `migrate` (the agent must be stopped) and an explicit `--vacuum` (a "
         f"maintenance-window step). Fixtures: the demo volume of {scale.sessions:,} threads "
         "(indexed where the command reads the index), the bench's compaction volume and its "
-        f"{UNDO_MESSAGES:,}-message thread, {scale.memories:,} memories.",
+        f"{UNDO_MESSAGES:,}-message thread, {scale.memories:,} memories. Load: the machine's "
+        f"1-minute load average as the command ended ({os.cpu_count()} cores, shared). A command "
+        "over the goal whose work the SPEC makes one transaction says so: it holds the agent "
+        "for as long as that transaction takes, which grows with what it is given.",
         "",
-        "| command | agent's longest wait | p99 | agent turns | command time | goal | met |",
-        "|---|---|---|---|---|---|---|",
+        "| command | agent's longest wait | p99 | agent turns | command time | load | "
+        "<= 50 ms | when over: why |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        met = r.exception or ("yes" if r.met else "**no**")
+        met, why = "yes", ""
+        if r.met is None:
+            met, why = "exception", r.exception
+        elif not r.met:
+            met, why = "**no**", r.why or "not yet in short transactions"
         lines.append(
             f"| {r.command} | {r.wait.longest * 1e3:.1f} ms | {r.wait.p99 * 1e3:.1f} ms | "
-            f"{r.wait.turns:,} | {r.wait.command_seconds:.2f} s | <= 50 ms | {met} |"
+            f"{r.wait.turns:,} | {r.wait.command_seconds:.2f} s | {r.wait.load:.1f} | "
+            f"{met} | {why} |"
         )
     return "\n".join(lines) + "\n"
 

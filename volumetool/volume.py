@@ -52,11 +52,12 @@ from volumetool.text import plural
 DB_NAME = "agent.db"
 DEFAULT_BUSY_TIMEOUT = 5.0
 
-# Work done beside the running agent (prune, taking text out of the search index) goes in short
-# write transactions, each sized to hold the write lock about WORK_SECONDS, and gives way after
-# each for as long as it held the lock, at least GIVE_WAY: an agent whose write waited meanwhile
-# looks for the lock again within that time (SQLite's busy handler looks after 1, 3, 8, 18 and
-# 33 ms of waiting) and takes it before the next one (issue 31: the agent never waits 50 ms).
+# Work done beside the running agent (prune; the search index's refresh, tidy and merge) goes in
+# short write transactions, each sized to hold the write lock about WORK_SECONDS, and gives way
+# after each for as long as it held the lock, at least GIVE_WAY: an agent whose write waited
+# meanwhile looks for the lock again within that time (SQLite's busy handler looks after 1, 3,
+# 8, 18 and 33 ms of waiting) and takes it before the next one (issue 31: the agent never
+# waits 50 ms).
 WORK_SECONDS = 0.005
 GIVE_WAY = 0.015
 
