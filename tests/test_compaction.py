@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import sqlite3
@@ -478,6 +479,50 @@ def test_many_volumes_with_bounded_concurrency(run_cli, tmp_path, server):
     assert [o["status"] for o in outcomes] == ["compacted"] * 9
     assert server.max_in_flight == 4
     assert {o["volume"] for o in outcomes} == {str(p) for p in paths}
+
+
+def test_the_agent_gets_a_turn_between_two_endings_on_its_file(
+    run_cli, tmp_path, server, monkeypatch
+):
+    """Answers that come back together are not written back to back: after each ending the
+    volume's write lock stays free for as long as the ending held it (GIVE_WAY at least), so
+    that the agent waits for one ending, never for several in a row (SPEC 13)."""
+    import time
+
+    from volumetool.compaction import run
+    from volumetool.volume import GIVE_WAY
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    for t in range(6):
+        due_thread(w, f"k{t}")
+    w.close()
+    spans = []
+    finish = run.finish
+
+    def timed(job, ending):
+        started = time.monotonic()
+        try:
+            return finish(job, ending)
+        finally:
+            spans.append((started, time.monotonic()))
+
+    monkeypatch.setattr(run, "finish", timed)
+    config = write_config(tmp_path / "agent.yaml", server)
+    result = run_cli(
+        "compact",
+        w.path,
+        "--config",
+        config,
+        "--concurrency",
+        "6",
+        "--json",
+        env={"TEST_MODEL_KEY": KEY},
+    )
+    assert result.exit_code == 0, result
+    assert [o["status"] for o in json.loads(result.stdout)] == ["compacted"] * 6
+    spans.sort()
+    for (started, ended), (following, _) in itertools.pairwise(spans):
+        assert following - ended >= max(ended - started, GIVE_WAY) - 0.001
 
 
 def test_a_bad_volume_among_good_ones(run_cli, volume, tmp_path):
