@@ -722,8 +722,10 @@ class _Writes:
     async def give_way(self, volume: Volume) -> None:
         """Endings written back to back would keep the agent from its file for as long as
         several take: after each, the agent gets a turn as long as the ending held the lock
-        (`volume.give_way`'s rule) before the next on the same volume. Measured on the bench's
-        217 endings: the agent's longest wait XXX."""
+        (`volume.give_way`'s rule) before the next on the same volume. On the bench's 217
+        endings (BENCHMARKS.md) the agent's p99 went from 19 to 6-10 ms and its longest wait
+        from 38-80 ms to 9-54 ms (one ending's own transaction); the pass took 1.2-1.5 s
+        longer (3.3 s to 4.5-4.8 s) against a server that answers in 0.2 s."""
         wait = self.agents_turn.get(volume.path, 0.0) - time.monotonic()
         if wait > 0:
             await asyncio.sleep(wait)
