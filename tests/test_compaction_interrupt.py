@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -172,12 +173,14 @@ def test_an_answer_waiting_to_be_written_at_ctrl_c_is_recorded_not_committed(
     answered = run.Ending("m", times, summary=Summary("A summary.", usage), kept=kept)
     unanswered = run.Ending("m", RunTimes("t0", "t1"), failure=INTERRUPTED, usage=Usage())
 
+    job = SimpleNamespace(volume=SimpleNamespace(path="agent.db"))  # what the writer reads
+
     async def scenario() -> None:
         writes = run._Writes()
         if waiting_for == "turn":
             writes.planned.set()
             await writes.turn.acquire()  # another thread's write holds the turn
-        task = asyncio.ensure_future(writes.write("job", answered))  # type: ignore[arg-type]
+        task = asyncio.ensure_future(writes.write(job, answered))  # type: ignore[arg-type]
         await asyncio.sleep(0.01)
         task.cancel()
         await asyncio.sleep(0.01)
@@ -186,7 +189,7 @@ def test_an_answer_waiting_to_be_written_at_ctrl_c_is_recorded_not_committed(
             writes.turn.release()
         assert (await task).failure == INTERRUPTED_AFTER
         # A call that never answered was already recorded as interrupted: Ctrl-C again stops it.
-        again = asyncio.ensure_future(writes.write("job", unanswered))  # type: ignore[arg-type]
+        again = asyncio.ensure_future(writes.write(job, unanswered))  # type: ignore[arg-type]
         await writes.turn.acquire()
         await asyncio.sleep(0)
         again.cancel()
