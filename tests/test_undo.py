@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import examples
 from tests.support.fixtures import compaction_request
-from tests.support.volumes import VolumeWriter, due_thread, table_dump, undo_in
+from tests.support.volumes import VolumeWriter, due_thread, rows, table_dump, undo_in
 from volumetool.compaction.run import Request, compact
 from volumetool.compaction.store import thread_due
 from volumetool.errors import ProblemsFound
@@ -172,9 +172,52 @@ def test_a_compaction_kept_before_m007_restores_the_summary_of_the_one_before(tm
     for run, text in ((first, "first summary"), (second, "second summary")):
         w.insert("compactions", run_id=run, session_id=session, summary=text)
         w.message(session, "user", f"folded by {run}", folded_by=run)
+        w.message(session, "user", f"also folded by {run}", folded_by=run)
     w.close()
-    assert undo_in(w.path, "k").restored_summary == "first summary"
+    plan = undo_in(w.path, "k")
+    assert (plan.run_id, plan.messages, plan.restored_run_id) == (second, 2, first)
+    assert plan.restored_summary == "first summary"
     assert state(w.path, session)[1] == ("first summary",)
+    detail = json.loads(table_dump(w.path)["audit"][-1][3])
+    assert (detail["messages"], detail["restored_run_id"]) == (2, first)
+
+
+def test_an_undo_confirmed_for_a_compaction_no_longer_the_latest_changes_nothing(tmp_path):
+    """A person was asked about one compaction; another became the latest while they answered:
+    their yes undoes nothing (the command asks again), and a yes about the latest undoes it."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = w.thread("k", summary="second summary")
+    first, second = (w.run(session, trigger="compaction") for _ in range(2))
+    for run, text in ((first, "first summary"), (second, "second summary")):
+        w.insert("compactions", run_id=run, session_id=session, summary=text)
+        w.message(session, "user", f"folded by {run}", folded_by=run)
+    w.close()
+    before = table_dump(w.path)
+    with pytest.raises(ProblemsFound, match=f"now run {second}, not run {first}"):
+        undo_in(w.path, "k", confirmed=first)
+    assert table_dump(w.path) == before
+    plan = undo_in(w.path, "k", confirmed=second)
+    assert (plan.run_id, plan.restored_summary) == (second, "first summary")
+    assert state(w.path, session)[1] == ("first summary",)
+
+
+def test_the_undo_event_and_the_compactions_mark_are_one_time_as_the_clock_ticks(
+    tmp_path, monkeypatch
+):
+    """The audit event of an undo carries the moment the compaction was marked undone, even
+    when the clock moves on between the two writes (a millisecond boundary)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = w.thread("k", summary="the agent's summary")
+    run = w.run(session, trigger="compaction")
+    w.message(session, "user", "folded", folded_by=run)
+    w.close()
+    ticks = iter(range(1, 100))
+    clock = lambda: f"2026-01-01T00:00:00.{next(ticks):03d}Z"  # noqa: E731
+    monkeypatch.setattr("volumetool.compaction.undo.now_iso", clock)
+    monkeypatch.setattr("volumetool.audit.now_iso", clock)
+    undo_in(w.path, "k")
+    [(undone_at,)] = rows(w.path, "SELECT undone_at FROM compactions WHERE run_id = ?", run)
+    assert table_dump(w.path)["audit"][-1][1] == undone_at
 
 
 def test_a_summary_changed_since_the_compaction_is_not_undone(server, tmp_path):

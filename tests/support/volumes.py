@@ -182,13 +182,14 @@ def due_thread(
     return s
 
 
-def undo_in(path: Path, key: str):
-    """`thread undo KEY --yes` as the command runs it: one BEGIN IMMEDIATE transaction."""
+def undo_in(path: Path, key: str, confirmed: int | None = None):
+    """`thread undo KEY --yes` as the command runs it: one BEGIN IMMEDIATE transaction (with
+    `confirmed`, as it runs once a person answered yes about that run)."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            plan = undo(conn, key)
+            plan = undo(conn, key, confirmed)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
