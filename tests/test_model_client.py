@@ -1309,11 +1309,12 @@ def response(status="completed", content=None, **fields) -> dict:
 def test_a_responses_answer_is_read_field_by_field():
     read = PROVIDERS["openai-responses"].parse
     plain = read(response(), "req_1")
-    assert (plain.text, plain.finish, plain.refusal, plain.tool_call) == (
+    assert (plain.text, plain.finish, plain.refusal, plain.tool_call, plain.request_id) == (
         "Summary.",
         "completed",
         None,
         False,
+        "req_1",
     )
     assert (plain.usage.input_tokens, plain.usage.output_tokens) == (120, 7)
     parts = [{"type": "output_text", "text": "Sum"}, {"type": "output_text", "text": "mary."}]
@@ -1326,8 +1327,14 @@ def test_a_responses_answer_is_read_field_by_field():
     assert filtered.finish == "content_filter"
     assert read(response("incomplete"), None).finish == "incomplete"
     assert read(response(None), None).finish is None
+    assert read(response(3), None).finish is None  # a status that is not text is no reason
+    # a refusal part without its text is no refusal
+    assert read(response(content=[{"type": "refusal", "refusal": None}]), None).refusal is None
     called = response()
     called["output"].append({"type": "function_call", "name": "f", "arguments": "{}"})
+    assert read(called, None).tool_call is True
+    # a tool call before the message item is one all the same
+    called["output"].reverse()
     assert read(called, None).tool_call is True
     # an output_text part without text holds none (LiteLLM's beside a tool call)
     textless = response(content=[{"type": "output_text"}])
@@ -1340,9 +1347,26 @@ def test_a_responses_answer_is_read_field_by_field():
             {"output": [{"type": "message", "content": [{"type": "output_text", "text": 3}]}]},
             "whose text is not a string",
         ),
+        ({"output": [{"type": "message", "content": ["x"]}]}, "a content item is not an object"),
     ):
-        with pytest.raises(_Malformed, match=what):
+        with pytest.raises(_Malformed, match=what) as malformed:
             read({**broken, "usage": {"input_tokens": 3}}, None)
+        # what it reported it spent is kept: a malformed answer still counts (SPEC 6)
+        assert malformed.value.usage.input_tokens == 3, what
+
+
+def test_a_responses_body_is_an_error_only_when_it_is_no_response():
+    """A 200's JSON body with an `error` is the server's error (as OpenRouter sends) unless it
+    is a response: one with an output list or a status carries `"error": null`."""
+    failed = json.dumps({"error": {"message": "upstream failed", "code": 502}}).encode()
+    error = answer(200, {}, failed, "openai-responses")
+    assert isinstance(error, ModelError) and error.reason == "HTTP 502: upstream failed"
+    unstated = {k: v for k, v in response().items() if k != "status"}
+    read = answer(200, {}, json.dumps(unstated).encode(), "openai-responses")
+    assert not isinstance(read, ModelError) and (read.text, read.finish) == ("Summary.", None)
+    empty = {k: v for k, v in response().items() if k != "output"}
+    read = answer(200, {}, json.dumps(empty).encode(), "openai-responses")
+    assert isinstance(read, ModelError) and "no output list" in read.reason
 
 
 def test_a_failed_response_is_an_error_and_a_server_error_is_retried():
@@ -1361,6 +1385,12 @@ def test_a_failed_response_is_an_error_and_a_server_error_is_retried():
         assert (error or {"message": "the response failed"})["message"] in failed.reason
         # what it reported it spent is kept: a failed call may be billed (SPEC 6)
         assert (failed.usage.input_tokens, failed.usage.output_tokens) == (120, 7)
+    # a code that is not text names no error type and no status
+    odd = {"code": ["server_error"], "message": "boom"}
+    body = json.dumps(response("failed", content=[], error=odd)).encode()
+    failed = answer(200, {}, body, "openai-responses")
+    assert isinstance(failed, ModelError) and failed.reason == "HTTP 200: boom"
+    assert (failed.status, failed.retryable) == (200, False)
     # a response carries "error": null when it did not fail
     completed = answer(200, {}, json.dumps(response()).encode(), "openai-responses")
     assert not isinstance(completed, ModelError) and completed.text == "Summary."
@@ -1417,7 +1447,27 @@ def test_a_streamed_response_is_read_from_its_events():
         sse(*refusal, {"type": "response.completed", "response": bare}),
         "openai-responses",
     )
-    assert (read.text, read.refusal) == (None, "No.")
+    assert (read.text, read.refusal, read.tool_call) == (None, "No.", False)
+    # a refusal in several deltas is all of them; other deltas (a tool call's arguments, a
+    # reasoning summary) are neither text nor refusal
+    others = [
+        {"type": "response.output_item.added", "item": {"type": "function_call"}},
+        {"type": "response.function_call_arguments.delta", "delta": '{"path": '},
+        {"type": "response.output_item.added", "item": {"type": "message"}},
+        {"type": "response.output_item.added", "item": {"id": "no type"}},
+        {"type": "response.reasoning_summary_text.delta", "delta": "Thinking."},
+        {"type": "response.refusal.delta", "delta": "I can"},
+        {"type": "response.refusal.delta", "delta": "'t."},
+    ]
+    read = answer(
+        200,
+        stream,
+        sse(*others, {"type": "response.completed", "response": bare}),
+        "openai-responses",
+    )
+    assert (read.text, read.refusal) == (None, "I can't.")
+    # a tool call announced by its item, though the last event has no output: no summary
+    assert read.tool_call is True
     # no last event: no answer
     cut = answer(200, stream, sse(*deltas), "openai-responses")
     assert isinstance(cut, ModelError) and "no output list (in an event stream)" in cut.reason
@@ -1488,3 +1538,10 @@ def test_a_failed_stream_and_an_error_event_are_the_servers_errors():
         if events[0]["type"] == "response.failed":  # its usage is kept, as a JSON answer's
             assert (error.usage.input_tokens, error.usage.output_tokens) == (120, 7)
     assert error.too_long  # a context-length error event: the fold is split (SPEC 6)
+    # an error event may carry its error as an object of its own
+    nested = {"type": "error", "error": {"code": "rate_limit_exceeded", "message": "slow down"}}
+    error = answer(200, stream, sse(nested), "openai-responses")
+    assert (
+        isinstance(error, ModelError) and error.reason == "HTTP 429 rate_limit_exceeded: slow down"
+    )
+    assert error.retryable
