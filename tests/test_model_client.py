@@ -1513,6 +1513,48 @@ def test_what_litellm_sends_is_read_as_it_says():
     assert isinstance(too_long, ModelError) and too_long.too_long and not too_long.retryable
 
 
+def anthropic_stream(*events: dict) -> object:
+    start = {"type": "message", "role": "assistant", "content": [], "stop_reason": None}
+    start["usage"] = {"input_tokens": 50, "output_tokens": 1}
+    first = {"type": "message_start", "message": start}
+    return answer(200, {"content-type": "text/event-stream"}, sse(first, *events), "anthropic")
+
+
+def text_delta(index: int, text: str | None) -> dict:
+    delta = {"type": "text_delta"} | ({"text": text} if text is not None else {})
+    return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def test_an_anthropic_stream_is_gathered_into_the_message_it_streams():
+    called = anthropic_stream(
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        text_delta(0, "Let me look"),
+        text_delta(0, None),  # a text delta without text adds none
+        text_delta(0, "."),
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "t1", "name": "read", "input": {}},
+        },
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta"}},
+        {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 9}},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}},
+    )
+    assert not isinstance(called, ModelError), called
+    assert (called.text, called.tool_call, called.finish) == ("Let me look.", True, "tool_use")
+    assert (called.usage.input_tokens, called.usage.output_tokens) == (50, 9)
+    # deltas of a block whose start never came are its text all the same
+    unopened = anthropic_stream(
+        text_delta(0, "Sum"),
+        text_delta(0, "mary."),
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+    )
+    assert (unopened.text, unopened.tool_call, unopened.finish) == ("Summary.", False, "end_turn")
+    # a stream that never said why it stopped has no finish reason: no summary (SPEC 6)
+    unfinished = anthropic_stream(text_delta(0, "Summ"))
+    assert (unfinished.text, unfinished.finish) == ("Summ", None)
+
+
 def test_a_failed_stream_and_an_error_event_are_the_servers_errors():
     stream = {"content-type": "text/event-stream"}
     failed = {
