@@ -188,6 +188,14 @@ def test_timeout_bounds_the_whole_request(server):
     error, _ = run(server, attempts=1, timeout=0.3)
     assert isinstance(error, ModelError) and error.retryable
     assert "no response within 0.3s" in str(error)
+    assert error.where == f"POST {server.url}/chat/completions"  # where it waited
+
+
+def test_a_model_that_repeats_itself_is_stopped_naming_the_request(server):
+    server.fault, server.chunk_delay = "repeat", 0.002
+    error, _ = run(server, attempts=1)
+    assert isinstance(error, ModelError) and "the model repeated itself" in error.reason
+    assert (error.where, error.request_id) == (f"POST {server.url}/chat/completions", "req_test_1")
 
 
 @pytest.mark.parametrize("api", list(PROVIDERS))
