@@ -1131,3 +1131,35 @@ def test_runs_kept_beside_the_volume_are_written_once_whatever_became_of_their_t
         (volume["due"], "error", 9, 3, "not committed: busy"),
         (None, "error", 5, None, "not committed: busy"),
     ]
+    # a file whose first run is written already and whose next is not: the next is written
+    again = UnrecordedRun(volume["due"], "discord:1", "tiny", "busy again", Usage(4, 1), times)
+    keep(volume["path"], [runs[0], again])
+    with open_for_write(volume["path"], lock=True) as opened:
+        record_kept(opened)
+    assert compaction_runs(volume["path"])[2:] == [(volume["due"], "error", 4, 1, "busy again")]
+
+
+def test_the_file_of_kept_runs_gives_back_each_run_whole_and_nothing_else(tmp_path):
+    """Each pass that keeps runs adds them to the file; reading it gives back every field of
+    each (the usage with the last prompt's size too), and no entry that is not a run."""
+    from volumetool.compaction.store import RunTimes
+    from volumetool.compaction.unrecorded import UnrecordedRun, keep, read_kept
+    from volumetool.usage import Usage
+
+    volume_path = tmp_path / "agent.db"
+    times = RunTimes("2026-01-02T03:04:05.678Z", "2026-01-02T03:04:09.012Z")
+    one = UnrecordedRun(3, "discord:1", "tiny", "not committed: busy", Usage(9, 3, 7), times)
+    later = RunTimes("2026-01-03T00:00:00.000Z", "2026-01-03T00:00:01.000Z")
+    two = UnrecordedRun(4, "discord:2", "small", "not committed: busy", Usage(5), later)
+    keep(volume_path, [one])
+    path = keep(volume_path, [two])  # a later pass adds to the file
+    assert read_kept(volume_path) == [one, two]
+    entry = one.as_json()
+    not_runs = [
+        {**entry, "model": 3},
+        {**entry, "finished_at": None},
+        {**entry, "session_id": "3"},
+        {**entry, "session_id": True},
+    ]
+    path.write_text(json.dumps({"format": 1, "runs": [*not_runs, entry]}))
+    assert read_kept(volume_path) == [one]
