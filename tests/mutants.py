@@ -8,7 +8,9 @@ survivor has no explanation (kill it with a test, or explain it here).
 
 An explanation is a rule: a pattern over the mutant's diff (the removed and added line) and
 the reason every mutant it matches is harmless. Rules name a reason once; the report lists
-each mutant under it.
+each mutant under it. A rule about text holds for prose only (words with a space between):
+a key, an event type, a header's name or a default is a behaviour, explained by name or
+killed by a test.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ MUTMUT = [sys.executable, "-m", "mutmut"]
 class Rule:
     pattern: str  # searched in "-old\n+new"
     reason: str
+    prose: bool = False  # only when a string literal the added line has is a message
 
 
 RULES = (
@@ -44,13 +47,15 @@ RULES = (
         "SQL in another letter case: SQLite reads keywords and names without regard to case.",
     ),
     Rule(
-        r'"XX[^"]*XX"|\'XX[^\']*XX\'',
+        r"^XX.* .*XX$",
         "Text wrapped in XX: a message or a label that tests check by what it says (a "
         "fragment), not letter for letter.",
+        prose=True,
     ),
     Rule(
-        r"^\+.*\"[^\"a-z]*[A-Z]{4,}[^\"a-z]*\"",
+        r"^[^a-z]*[A-Z]{4,}[^a-z]* [^a-z]*$",
         "Text in capitals: a message whose case no behaviour depends on.",
+        prose=True,
     ),
 )
 # Mutants whose reason is their own: name -> reason.
@@ -115,13 +120,6 @@ SINGLES: dict[str, str] = {
             "the walk never ends (mutmut's run stopped before it timed it out; checked by hand)."
         )
         for n in (4, 7, 8)
-    },
-    **{
-        f"volumetool.compaction.undo.x_undo__mutmut_{n}": (
-            "Without the undo's own time the event is stamped by audit.record a moment later: "
-            "the same millisecond in practice, so no test can tell the two apart."
-        )
-        for n in (27, 31)
     },
     "volumetool.model_client.x__text__mutmut_3": (
         "ensure_ascii=None is falsy, as False is: the same JSON text."
@@ -295,6 +293,69 @@ SINGLES: dict[str, str] = {
         "The variable looked up when none is named: ModelSettings names its API's default "
         "(its __post_init__), so there always is one."
     ),
+    "volumetool.providers.openai_responses.x_failure__mutmut_23": (
+        "A failed response's code that is not text kept as the error's type: the error body's "
+        "reader (providers.errors._kind) takes a code or a type only when it is text "
+        "(test_a_failed_response_is_an_error_and_a_server_error_is_retried: the same reason)."
+    ),
+    **{
+        f"volumetool.providers.openai_responses.xǁResponseEventsǁerror_of__mutmut_{n}": (
+            "response.* events handed to the base check: it calls an event an error only when "
+            "`error` is at its top, and a response.* event carries the response under "
+            "`response` (OpenAI's, and LiteLLM's in tests/data/litellm); response.failed, "
+            "the one that fails, is read before."
+        )
+        for n in (35, 36)
+    },
+    "volumetool.providers.anthropic_messages.xǁMessageEventsǁ__init____mutmut_3": (
+        "None and False are both false: whether message_start came is only tested for truth."
+    ),
+    "volumetool.providers.anthropic_messages.xǁMessageEventsǁevent__mutmut_44": (
+        "The key of the text in a block opened by its first delta: a text delta sets `text` "
+        "itself, so only a non-text delta of a block whose start never came leaves a text "
+        "block without it (malformed) rather than with '' (an empty answer): no summary "
+        "either way, and no server sends a block's deltas before its content_block_start."
+    ),
+    "volumetool.providers.base.xǁStreamErrorǁ__init____mutmut_1": (
+        "The text of a StreamError is never shown: every one goes through "
+        "ModelClient._stream_failure, which reads the error event it carries instead."
+    ),
+    **{
+        f"volumetool.model_client.xǁModelClientǁ_stream_failure__mutmut_{n}": (
+            "A Repeated's usage passed on or not: it is None, as base.EventStream.write raises "
+            "it without one (test_a_model_that_repeats_itself_is_stopped_naming_the_request "
+            "holds what it does carry)."
+        )
+        for n in (12, 16)
+    },
+    **{
+        f"volumetool.compaction.unrecorded.x_keep__mutmut_{n}": (
+            "The kept runs' file indented otherwise: read_kept parses it, the same JSON value."
+        )
+        for n in (7, 9, 14)
+    },
+    **{
+        f"volumetool.compaction.unrecorded.x_keep__mutmut_{n}": (
+            "The name of the file's format number: it is there for a later layout to be told "
+            "apart; read_kept reads only `runs`."
+        )
+        for n in (10, 11)
+    },
+    **{
+        f"volumetool.compaction.unrecorded.x_keep__mutmut_{n}": (
+            "The kept runs' file written in another encoding: json.dumps escapes every "
+            "non-ASCII character (ensure_ascii), so the text is ASCII, the same bytes in UTF-8 "
+            "and in any locale's encoding."
+        )
+        for n in (21, 23, 27)
+    },
+    **{
+        f"volumetool.compaction.unrecorded.x_write_runs__mutmut_{n}": (
+            "The conversation key or the messages of the Thread handed to record_failure: it "
+            "reads only the thread's session_id (the key is in the run's own check before it)."
+        )
+        for n in (13, 14)
+    },
     "volumetool.model_client.xǁRetryPolicyǁdelay__mutmut_15": (
         "The share of the backoff added to a Retry-After (a quarter, or a fifth) is a tuning "
         "constant; what the SPEC asks, that a Retry-After is waited for in full and a longer "
@@ -347,6 +408,10 @@ def diff_of(name: str) -> str:
 # The tests that hold each module, for --recheck: those a mutant there is most likely to fail.
 RECHECK_TESTS = {
     "volumetool.model_client": ["tests/test_model_client.py"],
+    "volumetool.providers.openai_responses": ["tests/test_model_client.py"],
+    "volumetool.providers.anthropic_messages": ["tests/test_model_client.py"],
+    "volumetool.providers.base": ["tests/test_model_client.py"],
+    "volumetool.compaction.unrecorded": ["tests/test_compaction.py"],
     "volumetool.compaction.plan": ["tests/test_compaction_plan.py"],
     "volumetool.compaction.prompt": ["tests/test_compaction_plan.py"],
     "volumetool.compaction.undo": ["tests/test_undo.py"],
@@ -517,13 +582,29 @@ def sql_case_only(diff: str) -> bool:
     )
 
 
+def added_literals(diff: str) -> list[str]:
+    """The string literals of the added line that the removed line does not have, read left
+    to right (so that the text between two literals is never taken for one)."""
+    old = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("-"))
+    new = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+"))
+    found = []
+    for quote in "\"'":
+        literal = re.compile(f"{quote}([^{quote}\\n]*){quote}")
+        before = set(literal.findall(old))
+        found += [text for text in literal.findall(new) if text not in before]
+    return found
+
+
 def explain(name: str, diff: str) -> str | None:
     if name in SINGLES:
         return SINGLES[name]
     if sql_case_only(diff):
         return RULES[0].reason
     for rule in RULES:
-        if re.search(rule.pattern, diff, re.MULTILINE):
+        if rule.prose:
+            if any(re.search(rule.pattern, text) for text in added_literals(diff)):
+                return rule.reason
+        elif re.search(rule.pattern, diff, re.MULTILINE):
             return rule.reason
     return None
 

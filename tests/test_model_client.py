@@ -1329,6 +1329,8 @@ def test_a_responses_answer_is_read_field_by_field():
     assert read(response(content=parts), None).text == "Summary."
     refused = read(response(content=[{"type": "refusal", "refusal": "I can't."}]), None)
     assert (refused.text, refused.refusal) == (None, "I can't.")
+    halves = [{"type": "refusal", "refusal": "I can"}, {"type": "refusal", "refusal": "'t."}]
+    assert read(response(content=halves), None).refusal == "I can't."
     cut = read(response("incomplete", incomplete_details={"reason": "max_output_tokens"}), None)
     assert cut.finish == "max_output_tokens" and PROVIDERS["openai-responses"].cut_off(cut.finish)
     filtered = read(response("incomplete", incomplete_details={"reason": "content_filter"}), None)
