@@ -1413,20 +1413,19 @@ def sse(*events: dict) -> bytes:
     )
 
 
+def streamed(*events: dict) -> object:
+    """A Responses stream mislabelled as JSON: read as a stream all the same."""
+    return answer(200, {"content-type": "application/json"}, sse(*events), "openai-responses")
+
+
 def test_a_streamed_response_is_read_from_its_events():
-    stream = {"content-type": "application/json"}  # mislabelled: read as a stream all the same
     done = response()
     deltas = [
         {"type": "response.created", "response": {**done, "status": "in_progress", "output": []}},
         {"type": "response.output_text.delta", "delta": "Summ"},
         {"type": "response.output_text.delta", "delta": "ary."},
     ]
-    read = answer(
-        200,
-        stream,
-        sse(*deltas, {"type": "response.completed", "response": done}),
-        "openai-responses",
-    )
+    read = streamed(*deltas, {"type": "response.completed", "response": done})
     assert (read.text, read.finish, read.usage.input_tokens) == ("Summary.", "completed", 120)
     # a last event without the output list: the answer is what the deltas said
     bare = {k: v for k, v in done.items() if k != "output"}
@@ -1435,28 +1434,13 @@ def test_a_streamed_response_is_read_from_its_events():
         "status": "incomplete",
         "incomplete_details": {"reason": "max_output_tokens"},
     }
-    read = answer(
-        200,
-        stream,
-        sse(*deltas, {"type": "response.incomplete", "response": incomplete}),
-        "openai-responses",
-    )
+    read = streamed(*deltas, {"type": "response.incomplete", "response": incomplete})
     assert (read.text, read.finish) == ("Summary.", "max_output_tokens")
     # an empty output list after the deltas (some servers stream the text and leave it out)
-    read = answer(
-        200,
-        stream,
-        sse(*deltas, {"type": "response.completed", "response": {**bare, "output": []}}),
-        "openai-responses",
-    )
+    read = streamed(*deltas, {"type": "response.completed", "response": {**bare, "output": []}})
     assert (read.text, read.finish) == ("Summary.", "completed")
     refusal = [{"type": "response.refusal.delta", "delta": "No."}]
-    read = answer(
-        200,
-        stream,
-        sse(*refusal, {"type": "response.completed", "response": bare}),
-        "openai-responses",
-    )
+    read = streamed(*refusal, {"type": "response.completed", "response": bare})
     assert (read.text, read.refusal, read.tool_call) == (None, "No.", False)
     # a refusal in several deltas is all of them; other deltas (a tool call's arguments, a
     # reasoning summary) are neither text nor refusal
@@ -1469,17 +1453,12 @@ def test_a_streamed_response_is_read_from_its_events():
         {"type": "response.refusal.delta", "delta": "I can"},
         {"type": "response.refusal.delta", "delta": "'t."},
     ]
-    read = answer(
-        200,
-        stream,
-        sse(*others, {"type": "response.completed", "response": bare}),
-        "openai-responses",
-    )
+    read = streamed(*others, {"type": "response.completed", "response": bare})
     assert (read.text, read.refusal) == (None, "I can't.")
     # a tool call announced by its item, though the last event has no output: no summary
     assert read.tool_call is True
     # no last event: no answer
-    cut = answer(200, stream, sse(*deltas), "openai-responses")
+    cut = streamed(*deltas)
     assert isinstance(cut, ModelError) and "no output list (in an event stream)" in cut.reason
 
 

@@ -163,10 +163,10 @@ def test_undo_restores_the_summary_volumetool_replaced_whoever_wrote_it(
     assert state(w.path, session)[:2] == earlier[:2]
 
 
-def test_a_compaction_kept_before_m007_restores_the_summary_of_the_one_before(tmp_path):
-    """A history row from before the replaced summary was kept (replaced_kept 0): the summary
-    before is the earlier compaction's, as it always was."""
-    w = VolumeWriter(tmp_path / "agent.db")
+def two_compactions_kept_before_m007(path: Path) -> tuple[int, int, int]:
+    """A thread compacted twice, each run's history row from before m007 (replaced_kept 0),
+    each folding two messages: (thread, first run, second run)."""
+    w = VolumeWriter(path)
     session = w.thread("k", summary="second summary")
     first, second = (w.run(session, trigger="compaction") for _ in range(2))
     for run, text in ((first, "first summary"), (second, "second summary")):
@@ -174,31 +174,34 @@ def test_a_compaction_kept_before_m007_restores_the_summary_of_the_one_before(tm
         w.message(session, "user", f"folded by {run}", folded_by=run)
         w.message(session, "user", f"also folded by {run}", folded_by=run)
     w.close()
-    plan = undo_in(w.path, "k")
+    return session, first, second
+
+
+def test_a_compaction_kept_before_m007_restores_the_summary_of_the_one_before(tmp_path):
+    """A history row from before the replaced summary was kept (replaced_kept 0): the summary
+    before is the earlier compaction's, as it always was."""
+    path = tmp_path / "agent.db"
+    session, first, second = two_compactions_kept_before_m007(path)
+    plan = undo_in(path, "k")
     assert (plan.run_id, plan.messages, plan.restored_run_id) == (second, 2, first)
     assert plan.restored_summary == "first summary"
-    assert state(w.path, session)[1] == ("first summary",)
-    detail = json.loads(table_dump(w.path)["audit"][-1][3])
+    assert state(path, session)[1] == ("first summary",)
+    detail = json.loads(table_dump(path)["audit"][-1][3])
     assert (detail["messages"], detail["restored_run_id"]) == (2, first)
 
 
 def test_an_undo_confirmed_for_a_compaction_no_longer_the_latest_changes_nothing(tmp_path):
     """A person was asked about one compaction; another became the latest while they answered:
     their yes undoes nothing (the command asks again), and a yes about the latest undoes it."""
-    w = VolumeWriter(tmp_path / "agent.db")
-    session = w.thread("k", summary="second summary")
-    first, second = (w.run(session, trigger="compaction") for _ in range(2))
-    for run, text in ((first, "first summary"), (second, "second summary")):
-        w.insert("compactions", run_id=run, session_id=session, summary=text)
-        w.message(session, "user", f"folded by {run}", folded_by=run)
-    w.close()
-    before = table_dump(w.path)
+    path = tmp_path / "agent.db"
+    session, first, second = two_compactions_kept_before_m007(path)
+    before = table_dump(path)
     with pytest.raises(ProblemsFound, match=f"now run {second}, not run {first}"):
-        undo_in(w.path, "k", confirmed=first)
-    assert table_dump(w.path) == before
-    plan = undo_in(w.path, "k", confirmed=second)
+        undo_in(path, "k", confirmed=first)
+    assert table_dump(path) == before
+    plan = undo_in(path, "k", confirmed=second)
     assert (plan.run_id, plan.restored_summary) == (second, "first summary")
-    assert state(w.path, session)[1] == ("first summary",)
+    assert state(path, session)[1] == ("first summary",)
 
 
 def test_the_undo_event_and_the_compactions_mark_are_one_time_as_the_clock_ticks(
