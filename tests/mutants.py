@@ -181,6 +181,14 @@ SINGLES: dict[str, str] = {
         "A second instead of no time between two threads planned: the same outcomes, later "
         "(`make bench` measures the run's time; tests do not time it)."
     ),
+    **{
+        f"volumetool.compaction.plan.x_check_due__mutmut_{n}": (
+            "Compaction runs let in among the agent runs newer than the last compaction: "
+            "`compacted` is the newest successful compaction's id, so no successful "
+            "compaction run is newer than it, and only successful runs are let in."
+        )
+        for n in (50, 51)
+    },
     "volumetool.compaction.plan.x_check_due__mutmut_55": (
         "An agent run newer than or as new as the last compaction: run ids are unique and the "
         "compaction's own run is excluded by its trigger, so no agent run has its id."
