@@ -1576,3 +1576,13 @@ def test_a_failed_stream_and_an_error_event_are_the_servers_errors():
         isinstance(error, ModelError) and error.reason == "HTTP 429 rate_limit_exceeded: slow down"
     )
     assert error.retryable
+
+
+def test_a_model_stopped_for_repeating_itself_keeps_what_it_reported_it_spent(server):
+    """Anthropic's message_start reports the prompt's tokens before any text: the answer
+    stopped for repeating itself still costs them, and they are recorded (SPEC 6)."""
+    spent, _ = run(server, "anthropic", attempts=1)
+    server.fault, server.chunk_delay = "repeat", 0.002
+    error, _ = run(server, "anthropic", attempts=1)
+    assert isinstance(error, ModelError) and "the model repeated itself" in error.reason
+    assert error.usage is not None and error.usage.input_tokens == spent.usage.input_tokens > 0

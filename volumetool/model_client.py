@@ -319,9 +319,20 @@ class ModelClient:
             raise self._idle() from None
         except (httpx.HTTPError, OSError) as exc:
             raise connection_failure(exc, self.endpoint.where) from None
+        except Repeated as exc:
+            exc.usage = exc.usage or self._reported(events)
+            raise self._stream_failure(response, exc) from None
         except Malformed as exc:
             raise self._stream_failure(response, exc) from None
         return self._streamed_answer(response, events)
+
+    def _reported(self, events: EventStream) -> Usage | None:
+        """What a stream stopped midway had reported it spent (Anthropic's message_start
+        carries the prompt's tokens): a failed call's cost is recorded too (SPEC 6)."""
+        try:
+            return self.endpoint.provider.parse(events.payload(), None).usage
+        except Malformed as exc:
+            return exc.usage
 
     def _streamed_answer(self, response: httpx.Response, events: EventStream) -> Completion:
         request_id = _request_id(response)
