@@ -14,6 +14,7 @@ from tests.test_lifecycle import holds
 from tests.test_search import as_found, everything, oracle
 from tests.test_search_build import erase_bob
 from tests.test_threads import query
+from volumetool import lifecycle
 from volumetool import volume as volume_module
 from volumetool.format import SEARCH_TABLES
 from volumetool.search import index
@@ -163,3 +164,65 @@ def test_the_index_is_merged_down_in_short_transactions_and_the_agent_writes_bet
     conn.close()
     for word in ("kiwi3", "plum", "memory"):
         assert as_found(everything(behind, word, write_index=False)) == oracle(behind, [word])
+
+
+def test_an_erase_whose_merge_another_refresh_interrupts_still_leaves_no_byte_of_it(
+    tmp_path, monkeypatch
+):
+    """Another search's refresh writes two segments of its own between two turns of an
+    erase's merge (fewer than FTS5 merges on their own, as many as the merge begun has
+    inputs): the merge must still be carried to its end, or the older segment, which holds
+    the erased words, stays in the index."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    ana, zed = w.thread("telegram:ana"), w.thread("slack:zed")
+    for n in range(1_000):
+        w.message(ana, "user", f"message {n} about kiwi{n % 7}")
+    w.message(zed, "user", "the zanzibar7781 code")
+    w.close()
+    everything(w.path, "kiwi3")  # the index is built
+    conn = sqlite3.connect(w.path, isolation_level=None)
+    conn.execute(
+        "INSERT INTO messages (session_id, role, content, created_at)"
+        " VALUES (?, 'user', 'a later plum', '2026-12-01T00:00:00.000Z')",
+        (ana,),
+    )
+    conn.execute("BEGIN IMMEDIATE")
+    index.append(conn, 1)  # a second segment, on the same level
+    conn.execute("COMMIT")
+    for name in SEARCH_TABLES:  # as an earlier erase left it: one segment, a level up
+        conn.execute(f"INSERT INTO {name} ({name}, rank) VALUES ('merge', -1000000)")
+    conn.close()
+    assert holds(w.path, "zanzibar7781")
+    merging: list[bool] = []
+    merge_all = index.merge_all
+
+    def merge_watched(volume):
+        merging.append(True)
+        merge_all(volume)
+
+    def refresh_elsewhere(seconds: float) -> None:
+        if merging == [True]:  # after the merge's first turn
+            merging.append(False)
+            other = sqlite3.connect(w.path, isolation_level=None)
+            for n in range(2):
+                other.execute(
+                    "INSERT INTO messages (session_id, role, content, created_at)"
+                    " VALUES (?, 'user', ?, '2026-12-01T00:00:00.000Z')",
+                    (ana, f"plum written during the merge {n}"),
+                )
+                other.execute("BEGIN IMMEDIATE")
+                index.append(other, 1)
+                other.execute("COMMIT")
+            other.close()
+
+    monkeypatch.setattr(index, "merge_all", merge_watched)
+    monkeypatch.setattr(index, "FIRST", 1)  # a page a transaction
+    monkeypatch.setattr(volume_module, "WORK_SECONDS", 0)
+    monkeypatch.setattr(volume_module.time, "sleep", refresh_elsewhere)
+    with open_for_write(w.path, lock=True) as volume:
+        lifecycle.erase(volume, ["slack:zed"], [])
+    monkeypatch.undo()
+    assert merging == [True, False]
+    assert holds(w.path, "zanzibar7781") == []
+    for word in ("kiwi3", "plum"):
+        assert as_found(everything(w.path, word, write_index=False)) == oracle(w.path, [word])

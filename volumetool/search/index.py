@@ -734,26 +734,36 @@ def _maintained(conn: sqlite3.Connection) -> bool:
     return state == "present"
 
 
+def _merged(conn: sqlite3.Connection, merge: str, pages: int) -> bool:
+    """Whether the FTS5 'merge' statement `merge` merged anything, given `pages`."""
+    before = conn.total_changes
+    conn.execute(merge, (pages,))
+    return conn.total_changes - before >= 2
+
+
 def merge_all(volume: Volume) -> None:
     """Merge each FTS5 table down to one segment. A deleted document leaves only a tombstone
     beside its words in the older segments; merging drops both, and with secure_delete the
     pages they freed are zeroed. As FTS5's 'optimize' does, but in short transactions
     (`in_turns`, a number of pages each): a 'merge' with a negative count puts every segment
-    on one level and starts merging them, positive ones carry it on until one finds nothing
-    left to merge (SQLite's changes counter then moves by less than 2)."""
+    on one level and starts merging them, positive ones carry it on. A positive one finds
+    nothing to do (SQLite's changes counter then moves by less than 2) once the merge is done,
+    but also when another search's refresh wrote two or three segments of its own meanwhile
+    (FTS5 then looks at their level first, too few there to merge, and leaves the merge begun
+    where it is, the erased words in its inputs): so it ends only where a negative one, which
+    merges any two segments, finds nothing to do either (one segment left)."""
     for name in SEARCH_TABLES:
+        merge = f"INSERT INTO {name} ({name}, rank) VALUES ('merge', ?)"
         begun = False
 
-        def step(conn: sqlite3.Connection, pages: int, name: str = name) -> bool:
+        def step(conn: sqlite3.Connection, pages: int, merge: str = merge) -> bool:
             nonlocal begun
             if not _maintained(conn):
                 return False
-            before = conn.total_changes
-            conn.execute(
-                f"INSERT INTO {name} ({name}, rank) VALUES ('merge', ?)",
-                (pages if begun else -pages,),
-            )
+            merged = _merged(conn, merge, pages if begun else -pages)
+            if begun and not merged:
+                merged = _merged(conn, merge, -pages)
             begun = True
-            return conn.total_changes - before >= 2
+            return merged
 
         in_turns(volume, step)
