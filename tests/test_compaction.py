@@ -1163,3 +1163,28 @@ def test_the_file_of_kept_runs_gives_back_each_run_whole_and_nothing_else(tmp_pa
     ]
     path.write_text(json.dumps({"format": 1, "runs": [*not_runs, entry]}))
     assert read_kept(volume_path) == [one]
+
+
+def test_the_agents_turn_on_one_volume_holds_no_ending_of_another(monkeypatch):
+    """The pause after an ending is its volume's: an ending for another volume is written
+    meanwhile, not after it."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    from volumetool.compaction import run
+
+    written = []
+    monkeypatch.setattr(run, "finish", lambda job, ending: written.append(job.volume.path))
+
+    async def scenario() -> None:
+        writes = run._Writes()
+        writes.planned.set()
+        writes.agents_turn["a.db"] = time.monotonic() + 0.5  # a's agent has its turn
+        a, b = (SimpleNamespace(volume=SimpleNamespace(path=p)) for p in ("a.db", "b.db"))
+        first = asyncio.ensure_future(writes.write(a, "ending"))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # a waits for its turn first
+        await asyncio.gather(first, writes.write(b, "ending"))  # type: ignore[arg-type]
+
+    asyncio.run(scenario())
+    assert written == ["b.db", "a.db"]

@@ -707,8 +707,9 @@ class _Writes:
         under_way = False
         try:
             await self.planned.wait()
+            await self.give_way(job.volume)  # outside the turn: other volumes' endings go on
             async with self.turn:
-                await self.give_way(job.volume)
+                await self.give_way(job.volume)  # one on this volume was written meanwhile
                 under_way = True
                 return self.kept(job, await self.finish(job, ending))
         except asyncio.CancelledError:
