@@ -89,6 +89,26 @@ def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, serv
 
 
 @SIGNALS
+def test_a_signal_sent_twice_at_once_counts_once(tmp_path, server, signum, code):
+    """`timeout` (and a kill of the process group) sends its signal to the process and to its
+    group: the process may take it twice, a moment apart. That is one stop, not "stop at
+    once": the call under way is still recorded, and the message says so."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "discord:1")
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    server.latency = 60
+    proc = start_compact(w.path, config)
+    wait_for(lambda: server.in_flight == 1, proc)
+    proc.send_signal(signum)
+    time.sleep(0.05)  # the first one taken: this one is a second
+    returned, err = interrupt(proc, signum)
+    assert returned == code, err
+    assert "the 1 model call under way is recorded as a failed run" in err
+    assert [r[1:] for r in compaction_runs(w.path)] == [("error", None, None, INTERRUPTED)]
+
+
+@SIGNALS
 def test_an_interrupt_while_waiting_for_a_volume_lock_starts_nothing_more(
     tmp_path, server, signum, code
 ):

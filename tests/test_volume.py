@@ -529,3 +529,37 @@ def test_the_library_reads_no_volume_from_the_environment(monkeypatch, tmp_path)
     for nothing in (None, ""):
         with pytest.raises(UnusableInput, match="no VOLUME given"):
             resolve(nothing)
+
+
+def test_closing_a_volume_waits_for_a_write_another_thread_has_under_way(tmp_path):
+    """After a second Ctrl-C the main thread closes the volume while a worker may still be
+    writing a compaction's ending: the close waits for that transaction (closing the
+    connection under it crashed the process)."""
+    import time
+
+    from volumetool.volume import open_for_write
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    w.close()
+    errors: list[BaseException] = []
+    started = threading.Event()
+    with open_for_write(w.path, lock=False) as volume:
+
+        def writer() -> None:
+            try:
+                with volume.write() as conn:
+                    started.set()
+                    time.sleep(0.3)
+                    conn.execute("INSERT INTO identity (key, value) VALUES ('k', 'v')")
+            except BaseException as exc:
+                errors.append(exc)
+                started.set()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        started.wait()
+        volume.close()
+        assert not thread.is_alive() and errors == []
+    assert sqlite3.connect(w.path).execute(
+        "SELECT value FROM identity WHERE key = 'k'"
+    ).fetchall() == [("v",)]

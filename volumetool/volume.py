@@ -12,6 +12,7 @@ import errno
 import fcntl
 import os
 import sqlite3
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -459,6 +460,10 @@ class Volume:
         self.gate = gate
         self.written = False  # a write transaction committed
         self.differences: list[Difference] = []  # how a read-only file departs from the format
+        # Held by a transaction, so that close() from another thread (the main one, after a
+        # second Ctrl-C) waits for a write under way in a worker instead of closing the
+        # connection under it (which crashed the process, SIGSEGV).
+        self._in_use = threading.RLock()
         check_file(self.path)
         self.conn: sqlite3.Connection
         with self.translating():
@@ -523,7 +528,8 @@ class Volume:
         self.close()
 
     def close(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
+        """Close the connection, once no transaction of another thread uses it."""
+        with self._in_use, contextlib.suppress(sqlite3.Error):
             self.conn.close()
 
     @contextlib.contextmanager
@@ -531,7 +537,7 @@ class Volume:
         """One write transaction, taken at once (BEGIN IMMEDIATE) so it never has to upgrade
         a read lock; the schema gate is checked again under the lock. Any exception, Ctrl-C
         included, rolls it back."""
-        with self.translating():
+        with self._in_use, self.translating():
             self.conn.execute("BEGIN IMMEDIATE")
             committing = False
             try:
@@ -551,7 +557,7 @@ class Volume:
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         """One read transaction: every query inside sees the same state of the file."""
-        with self.translating():
+        with self._in_use, self.translating():
             self.conn.execute("BEGIN")
             try:
                 yield self.conn

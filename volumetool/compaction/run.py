@@ -826,31 +826,46 @@ async def summarize_all(
 T = TypeVar("T")
 
 
+# A signal sent twice at once counts once: `timeout` and a kill of the process group send it
+# both to the process and to its group, and the handler may run for each (then the second,
+# taken for "stop at once", lost the record of the calls under way, 1 run in 10).
+ONE_SIGNAL = 0.5
+
+
 def run_until_stopped(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(main)`, where SIGTERM stops the run as asyncio's own Ctrl-C does: the main
-    task is cancelled, so that every call under way is recorded (`summarize_all`), then
-    KeyboardInterrupt goes on; a second signal stops at once. Without this, SIGTERM raised
-    KeyboardInterrupt wherever the loop was, which asyncio does too for Ctrl-C when SIGINT is
-    not its to take (ignored: a job started in the background without job control) -- and
-    inside a task that ended the task without recording its call."""
+    """`asyncio.run(main)`, where Ctrl-C and SIGTERM stop the run the same way: the main task
+    is cancelled, so that every call under way is recorded (`summarize_all`), then
+    KeyboardInterrupt goes on; a second signal, ONE_SIGNAL seconds or more after the first,
+    stops at once. Without this, SIGTERM raised KeyboardInterrupt wherever the loop was, which
+    asyncio does too for Ctrl-C when SIGINT is not its to take (ignored: a job started in the
+    background without job control) -- and inside a task that ended the task without
+    recording its call."""
     if threading.current_thread() is not threading.main_thread():
         return asyncio.run(main)  # signals are the main thread's
     with asyncio.Runner() as runner:
-        loop, task = runner.get_loop(), None
+        loop, task, first = runner.get_loop(), None, None
 
         async def tracked() -> T:
             nonlocal task
             task = asyncio.current_task()
             return await main
 
-        def terminated(signum: int, frame: Any) -> None:
-            Interrupted.by = signal.SIGTERM
+        def stop(signum: int, frame: Any) -> None:
+            nonlocal first
+            if signum == signal.SIGTERM:
+                Interrupted.by = signal.SIGTERM
+            if first is not None and time.monotonic() - first < ONE_SIGNAL:
+                return  # the same signal, sent twice at once
             if task is None or task.done() or task.cancelling():
                 raise KeyboardInterrupt
+            first = time.monotonic()
             task.cancel()
             loop.call_soon_threadsafe(lambda: None)  # wakes the loop to see it
 
-        previous = signal.signal(signal.SIGTERM, terminated)
+        taken = [signal.SIGTERM]
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            taken.append(signal.SIGINT)  # not when ignored (a background job)
+        previous = {signum: signal.signal(signum, stop) for signum in taken}
         try:
             return runner.run(tracked())
         except asyncio.CancelledError:
@@ -858,7 +873,8 @@ def run_until_stopped(main: Coroutine[Any, Any, T]) -> T:
                 raise
             raise KeyboardInterrupt from None
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def open_volume(argument: str | None, request: Request, stack: contextlib.ExitStack) -> Volume:
