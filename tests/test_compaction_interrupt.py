@@ -88,6 +88,29 @@ def test_ctrl_c_records_each_call_under_way_and_leaves_the_others(tmp_path, serv
     assert len(server.requests) == 2  # the three threads not started were not called
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_run_takes_a_signal_sent_twice_at_once_for_one(signum):
+    """The second of two signals a moment apart does not cut short what the first started:
+    the run's own ending (recording the calls under way) finishes, then KeyboardInterrupt."""
+    from volumetool.compaction.run import run_until_stopped
+
+    finished = []
+
+    async def main() -> None:
+        try:
+            os.kill(os.getpid(), signum)
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            os.kill(os.getpid(), signum)  # the same signal again, as `timeout` sends it
+            await asyncio.sleep(0.2)  # what the run does when stopped: records its calls
+            finished.append(True)
+            raise
+
+    with pytest.raises(KeyboardInterrupt):
+        run_until_stopped(main())
+    assert finished == [True]
+
+
 @SIGNALS
 def test_a_signal_sent_twice_at_once_counts_once(tmp_path, server, signum, code):
     """`timeout` (and a kill of the process group) sends its signal to the process and to its
