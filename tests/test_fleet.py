@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
@@ -508,15 +509,21 @@ def test_a_volume_named_many_ways_is_worked_on_once(tmp_path, server, run_cli, c
 
 
 def test_metrics_file_records_the_run_atomically_for_the_textfile_collector(
-    tmp_path, server, run_cli
+    tmp_path, server, run_cli, monkeypatch
 ):
+    from types import SimpleNamespace
+
+    from volumetool.cli import compact
+
     volume, config = compaction_setup(tmp_path, server)
     textfile = tmp_path / "textfile"
     textfile.mkdir()
     target = textfile / "volumetool-compact.prom"
-    before, started = time.time(), time.monotonic()
+    # The command's clock, read as it starts and as it ends: 12.3456 s apart.
+    clock = itertools.chain([100.0], itertools.repeat(112.3456))
+    monkeypatch.setattr(compact, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    before = time.time()
     result = run_compact(run_cli, volume, config, "--metrics-file", target)
-    elapsed = time.monotonic() - started
     assert result.exit_code == 0, result
     found = samples(target.read_text())
     assert found["volumetool_compact_threads", (("status", "compacted"),)] == 2
@@ -524,10 +531,7 @@ def test_metrics_file_records_the_run_atomically_for_the_textfile_collector(
     assert found["volumetool_compact_model_input_tokens", ()] == 2 * server.usage["input"]
     assert found["volumetool_compact_model_output_tokens", ()] == 2 * server.usage["output"]
     after = time.time()
-    # Containment, not a bound on time: the run's own duration is measured inside the interval
-    # the test measures around the same in-process run, on the same monotonic clock, so however
-    # loaded the host it is no longer, but for the metric's rounding to 3 decimals.
-    assert 0 < found["volumetool_compact_duration_seconds", ()] <= round(elapsed, 3) + 0.001
+    assert found["volumetool_compact_duration_seconds", ()] == 12.346  # to the millisecond
     success = found["volumetool_compact_last_success_timestamp_seconds", ()]
     assert before - 1 <= success <= after + 1
     assert [p.name for p in textfile.iterdir()] == [target.name]  # no temporary file left
