@@ -1188,3 +1188,18 @@ def test_the_agents_turn_on_one_volume_holds_no_ending_of_another(monkeypatch):
 
     asyncio.run(scenario())
     assert written == ["b.db", "a.db"]
+
+
+def test_a_conflict_of_one_message_is_counted_in_the_singular(tmp_path):
+    from volumetool.compaction.plan import plan_fold
+    from volumetool.compaction.store import conflict_reason, load_thread
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = due_thread(w, "discord:1", turns=6)
+    thread = load_thread(w.conn, session)
+    fold = plan_fold(thread.live).fold
+    first = next(m.id for m in fold if m.role == "user")
+    w.conn.execute("DELETE FROM messages WHERE id = ?", (first,))
+    reason = f"1 of the {len(fold)} messages to fold was folded or deleted meanwhile"
+    assert conflict_reason(w.conn, thread, fold) == reason
+    w.close()

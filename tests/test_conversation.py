@@ -673,7 +673,7 @@ def test_max_chars_cuts_every_message_and_result(demo_volume, run_cli):
     ]
     texts = [t for t in texts if t and not t.endswith('")')]  # not the end of a long call line
     assert len(texts) > 10
-    assert all(re.fullmatch(r".{0,10}( \[… [\d,]+ more characters\])?", t) for t in texts), texts
+    assert all(re.fullmatch(r".{0,10}( \[… [\d,]+ more characters?\])?", t) for t in texts), texts
 
 
 # --- golden files of demo threads (`make golden` rewrites them) ---------------------------
@@ -972,3 +972,8 @@ def _running(pid: int, program: str) -> bool:
         return program in Path(f"/proc/{pid}/cmdline").read_text()
     except OSError:
         return False
+
+
+def test_one_character_cut_is_counted_in_the_singular():
+    cut = view([msg(1, "assistant", "abcdefghijk")], width=100, max_chars=10)
+    assert cut[1:] == ["  abcdefghij [… 1 more character]"]

@@ -356,7 +356,8 @@ def test_every_listing_in_every_format(volume, run_cli, listing):
     assert "|" in run("--fmt", "github").stdout
     one = run("-n", "1", "--json")
     assert len(json.loads(one.stdout)) == 1
-    assert "showing the first 1" in one.stderr
+    noun = {"sessions": "thread", "runs": "run", "audit": "event", "memories": "memory"}
+    assert f"showing the first 1 {noun.get(listing[0], 'message')};" in one.stderr
     assert len(json.loads(run("-n", "0", "--json").stdout)) == len(as_json)
     assert run("--json").stderr == ""
 

@@ -567,3 +567,19 @@ def test_an_empty_file_named_for_the_page_gets_a_new_pages_mode(tmp_path, run_cl
     out.chmod(0o666)
     assert run_cli("report", volume, "-o", out).exit_code == 0
     assert out.read_bytes().startswith(b"<!DOCTYPE") and stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+def test_one_active_thread_is_counted_in_the_singular(tmp_path, run_cli):
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "k:due", turns=4, tokens=2_000)
+    w.close()
+    config = tmp_path / "agent.yaml"
+    config.write_text("memory:\n  scope: thread\n  compact_at_tokens: 1000\n")
+    out = tmp_path / "report.html"
+    assert run_cli("report", w.path, "--config", config, "-o", out).exit_code == 0
+    shown = text_of(parse(out.read_text(encoding="utf-8")))
+    assert "1 active thread: 1 due for compaction now" in shown
+    assert "The 1 active thread nearest compaction" in shown
+    config.write_text("memory:\n  scope: none\n")
+    assert run_cli("report", w.path, "--config", config, "-o", out).exit_code == 0
+    assert "1 active thread; 1 with a reported figure" in text_of(parse(out.read_text()))

@@ -798,3 +798,10 @@ def test_the_default_gate_is_calibrated_on_the_corpus_and_junk():
     assert good_refused == [] and good_invented == []
     assert len(junk_passed) <= 2
     assert len(lossy_refused) >= 6  # the lossy summaries that kept nothing (or nearly)
+
+
+def test_one_invented_fact_is_counted_in_the_singular():
+    from volumetool.compaction.retention import Retention, refusal_reason
+
+    kept = Retention(0.0, ["5 GB"], 1, 1, invented_facts=["9 GB"], invented=1)
+    assert "the summary invented 1 fact found nowhere" in refusal_reason(kept, 0.1)

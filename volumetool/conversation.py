@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from wcwidth import wcswidth, wcwidth
 
-from volumetool.text import escape_control, json_value
+from volumetool.text import escape_control, json_value, plural
 
 RULE = "──"
 SUMMARY_RULE = "══"
@@ -205,7 +205,7 @@ def content_text(value: object, max_chars: int | None) -> str:
     text = "" if value is None else value if isinstance(value, str) else str(value)
     note = ""
     if max_chars is not None and len(text) > max_chars:
-        note = f" [… {len(text) - max_chars:,} more characters]"
+        note = f" [… {plural(len(text) - max_chars, 'more character')}]"
         text = text[:max_chars]
     text = text.replace("\r\n", "\n").expandtabs(TAB_SIZE)
     return escape_control(text, keep="\n") + note

@@ -160,7 +160,7 @@ def _status_of_many(selected, memory, prometheus, output, tablefmt, limit, busy_
             read.extend(statuses)
             sys.stdout.write(status_metrics(read))  # exact: click.echo strips escapes off a pipe
         else:
-            emit(rows(), fleet.ROW_FIELDS, output, tablefmt, limit, "volumes")
+            emit(rows(), fleet.ROW_FIELDS, output, tablefmt, limit, "volume")
     failed = [v for v in read if v.error]
     if failed:
         if prometheus:  # the text cannot say why: stderr does
@@ -227,7 +227,7 @@ def sessions(
         if output == "table" and terminal.stdout_is_terminal():
             now = datetime.now(UTC)
             rows = (terminal.humane_session(row, now) for row in rows)
-        emit(rows, columns, output, tablefmt, limit, "threads")
+        emit(rows, columns, output, tablefmt, limit, "thread")
 
 
 @click.command(cls=Command, short_help="The replayed transcript of a thread.")
@@ -293,14 +293,14 @@ def transcript(
     thread = {"key": key, "session_id": session_id, "full": full}
     with listings.listed(volume, busy_timeout, listings.transcript, **thread) as rows:
         if view is None:
-            emit(rows, listings.TRANSCRIPT_FIELDS, output, tablefmt, limit, "messages")
+            emit(rows, listings.TRANSCRIPT_FIELDS, output, tablefmt, limit, "message")
             return
         # Read everything first: the pager may stay open for long, the volume must not. The
         # conversation shows the whole thread unless -n was given.
         listing = Listing(rows, listings.TRANSCRIPT_FIELDS, limit if _given("limit") else None)
         rows = list(listing.shown())
     if listing.truncated and listing.limit is not None:
-        note_cut(listing.limit, "messages")
+        note_cut(listing.limit, "message")
     _show_conversation(rows, view, key, color, no_pager, full_args, max_chars)
 
 
@@ -362,7 +362,7 @@ def runs(volume, key, trigger, status, since, output, tablefmt, limit, busy_time
 
     filters = {"key": key, "trigger": trigger, "status": status, "since": parse_since(since)}
     with listings.listed(volume, busy_timeout, listings.runs, limit=limit, **filters) as rows:
-        emit(rows, listings.RUN_FIELDS, output, tablefmt, limit, "runs")
+        emit(rows, listings.RUN_FIELDS, output, tablefmt, limit, "run")
 
 
 @click.command(cls=Command)
@@ -384,4 +384,4 @@ def audit(volume, event, action, key, since, output, tablefmt, limit, busy_timeo
 
     filters = {"event": event, "action": action, "key": key, "since": parse_since(since)}
     with listings.listed(volume, busy_timeout, listings.audit, limit=limit, **filters) as rows:
-        emit(rows, listings.AUDIT_FIELDS, output, tablefmt, limit, "events")
+        emit(rows, listings.AUDIT_FIELDS, output, tablefmt, limit, "event")

@@ -134,12 +134,12 @@ def _list_prune(conn, before: str, counts: dict, output, tablefmt, limit) -> Non
 
     threads = prune_listing(conn, before, limit)
     if output != "json":
-        emit(threads, PRUNE_FIELDS, output, tablefmt, limit, "threads")
+        emit(threads, PRUNE_FIELDS, output, tablefmt, limit, "thread")
         return
     listing = Listing(threads, PRUNE_FIELDS, limit)
     render_document(counts | {"thread_list": list(listing.shown())}, sys.stdout)
     if listing.truncated and limit is not None:
-        note_cut(limit, "threads")
+        note_cut(limit, "thread")
 
 
 @click.command(cls=Command, short_help="Erase every thread under a key: the right to be forgotten.")

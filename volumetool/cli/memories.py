@@ -47,7 +47,7 @@ def list_(volume, prefix, output, tablefmt, limit, busy_timeout) -> None:
     from volumetool.memories import MEMORY_FIELDS, list_memories
 
     with listed(volume, busy_timeout, list_memories, prefix=prefix, limit=limit) as rows:
-        emit(rows, MEMORY_FIELDS, output, tablefmt, limit, "memories")
+        emit(rows, MEMORY_FIELDS, output, tablefmt, limit, "memory")
 
 
 @memories.command(short_help="Print one memory's raw value.")

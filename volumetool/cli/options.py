@@ -445,7 +445,7 @@ def emit(
     output: str | None,
     tablefmt: str | None,
     limit: int | None = None,
-    what: str = "rows",
+    what: str = "row",
 ) -> None:
     """Render a listing to stdout in the chosen format, with a note on stderr when the limit
     (None: all) cut it. Every command that lists rows ends here."""
@@ -456,5 +456,7 @@ def emit(
 
 
 def note_cut(limit: int, what: str) -> None:
-    """The note on stderr when -n cut a listing."""
-    say(f"showing the first {limit} {what}; -n 0 shows all")
+    """The note on stderr when -n cut a listing of `what`s (a noun in the singular)."""
+    from volumetool.text import plural
+
+    say(f"showing the first {plural(limit, what)}; -n 0 shows all")

@@ -118,4 +118,4 @@ def search(
             say=say,
             progress=progress,
         )
-    emit(rows, SEARCH_FIELDS, output, tablefmt, limit, "results")
+    emit(rows, SEARCH_FIELDS, output, tablefmt, limit, "result")

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from volumetool.text import one_line
+from volumetool.text import one_line, plural
 
 if TYPE_CHECKING:
     from volumetool.compaction.plan import Message
@@ -1211,7 +1211,8 @@ def refusal_reason(kept: Retention, min_retention: float | None) -> str | None:
     if kept.invented > kept.kept:
         made_up = one_line(", ".join(kept.invented_facts), 300)
         reasons.append(
-            f"the summary invented {kept.invented} facts found nowhere in what it was given, "
+            f"the summary invented {plural(kept.invented, 'fact')} found nowhere in what it was"
+            " given, "
             f"more than the {kept.kept} it kept: {made_up}"
         )
     if reasons and default:

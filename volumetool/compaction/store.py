@@ -178,11 +178,15 @@ def conflict_reason(
     }
     gone = sum(1 for m in fold if m.id not in current)
     if gone:
-        return f"{gone} of the {len(fold)} messages to fold were folded or deleted meanwhile"
+        return (
+            f"{gone} of the {plural(len(fold), 'message')} to fold {_were(gone)} folded or"
+            " deleted meanwhile"
+        )
     changed = sum(1 for m in fold if current[m.id].identity() != m.identity())
     if changed:
         return (
-            f"{changed} of the {len(fold)} messages to fold were replaced meanwhile "
+            f"{changed} of the {plural(len(fold), 'message')} to fold {_were(changed)} replaced"
+            " meanwhile "
             "(the thread was reset and written again)"
         )
     # The live messages up to the fold's last must be those the plan saw: one that came back
@@ -351,3 +355,7 @@ def record_failure(
         ts=times.finished_at,
     )
     return run_id
+
+
+def _were(count: int) -> str:
+    return "was" if count == 1 else "were"

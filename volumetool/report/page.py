@@ -373,7 +373,7 @@ def _threshold_figure(vid: str, r: VolumeReport) -> Html:
     if threshold is not None:
         setting = f"threshold {threshold:,} input tokens"
         summary = (
-            f"{len(r.threads):,} active threads: {counts['due']:,} due for compaction now, "
+            f"{plural(len(r.threads), 'active thread')}: {counts['due']:,} due for compaction now, "
             f"{counts['over']:,} at or over the threshold but not due (fewer than 3 live turns),"
             f" {counts['under']:,} under it, {counts['none']:,} with no figure yet (no run since"
             " their last compaction, or none reported)."
@@ -381,7 +381,7 @@ def _threshold_figure(vid: str, r: VolumeReport) -> Html:
     else:
         setting = "compaction is off in this config"
         summary = (
-            f"{len(r.threads):,} active threads; {len(figures):,} with a reported figure. "
+            f"{plural(len(r.threads), 'active thread')}; {len(figures):,} with a reported figure. "
             "Compaction is off in this config (scope: none or compact_at_tokens: false)."
         )
     title = "Active threads by their last input tokens" + (
@@ -401,7 +401,7 @@ def _threshold_figure(vid: str, r: VolumeReport) -> Html:
     )
     nearest = sorted(figures, key=lambda t: (-(t.figure or 0), t.session_id))[:TOP_THREADS]
     bars = [_bar(t, threshold) for t in nearest]
-    top_title = f"The {len(bars)} active threads nearest compaction"
+    top_title = f"The {plural(len(bars), 'active thread')} nearest compaction"
     top_desc = "; ".join(f"{b.label}: {b.value:,.0f} ({b.state})" for b in bars[:10]) or "none"
     top = (
         hbar_chart(
