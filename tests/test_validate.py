@@ -971,3 +971,21 @@ def test_the_docs_github_workflow_uploads_the_sarif_that_validate_writes(tmp_pat
     assert found["ruleId"] == "scope-value"
     uri = found["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert uri == "agents/bot.yaml"  # relative to the checkout, as code scanning maps it
+
+
+def test_a_file_over_the_limit_is_reported_with_its_own_size(tmp_path, run_cli):
+    """Only the limit and one byte are read; the size shown is the file's, not that."""
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"memory: {}\n" * 500)  # 5,500 bytes
+    result = run_cli("validate", big, "--max-bytes", "100")
+    assert result.exit_code == 1, result
+    assert "the file is 5,500 bytes, over the limit of 100 (--max-bytes)" in result.stdout
+    piped = run_cli("validate", "-", "--max-bytes", "100", input=big.read_bytes())
+    assert "the input is over the limit of 100 bytes (--max-bytes)" in piped.stdout
+    assert "101" not in piped.stdout
+    huge = tmp_path / "huge.yaml"
+    huge.write_bytes(b"memory: {}\n" * 100_000)  # 1,100,000 bytes: over the config's 1 MiB
+    for command in (["config", "show", huge], ["sessions", "VOL", "--due", "--config", huge]):
+        shown = run_cli(*command)
+        assert shown.exit_code in (1, 2), shown
+        assert "1,100,000 bytes" in shown.stdout + shown.stderr, shown

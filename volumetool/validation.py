@@ -19,6 +19,7 @@ from volumetool.config import (
     check_source,
     looks_like_agent_config,
     read_source,
+    source_size,
 )
 from volumetool.text import dumps, escape_control, plural
 
@@ -140,7 +141,7 @@ def _check_file(
         return FileResult(name, unreadable=exc.strerror or str(exc))
     if only_agent_configs and not looks_like_agent_config(data):
         return None
-    findings, _ = check_source(data, name, max_bytes)
+    findings, _ = check_source(data, name, max_bytes, source_size(path))
     return FileResult(name, findings)
 
 

@@ -32,7 +32,7 @@ def show(file: str, as_json: bool) -> None:
     Example:
       volumetool config show agent.yaml --json
     """
-    from volumetool.config import check_source, read_source
+    from volumetool.config import check_source, read_source, source_size
     from volumetool.errors import ProblemsFound, UnusableInput
     from volumetool.text import escape_control
     from volumetool.validation import text_line
@@ -41,7 +41,7 @@ def show(file: str, as_json: bool) -> None:
         data = read_source(file)
     except OSError as exc:
         raise UnusableInput(f"{file}: cannot read ({exc.strerror})") from None
-    findings, settings = check_source(data, file)
+    findings, settings = check_source(data, file, size=source_size(file))
     for finding in findings:  # warnings and notes too: the settings shown may not do what
         click.echo(text_line(finding), err=True)  # the file seems to say
     errors = sum(1 for f in findings if f.severity == "error")

@@ -17,6 +17,7 @@ from volumetool.config.document import (
     load_config,
     looks_like_agent_config,
     read_source,
+    source_size,
 )
 from volumetool.config.findings import RULES, Finding
 from volumetool.config.keys import MEMORY_KEYS, MODEL_KEYS, json_schema
@@ -45,4 +46,5 @@ __all__ = [
     "load_config",
     "looks_like_agent_config",
     "read_source",
+    "source_size",
 ]

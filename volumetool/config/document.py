@@ -7,7 +7,9 @@ reads, YAML 1.1, so nodes keep duplicate keys and their marks and aliases are ne
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 from collections.abc import Iterator
 
@@ -166,16 +168,14 @@ def not_utf8(data: bytes, exc: UnicodeDecodeError, file: str) -> Finding:
 
 
 def check_source(
-    data: bytes, file: str, max_bytes: int = DEFAULT_MAX_BYTES
+    data: bytes, file: str, max_bytes: int = DEFAULT_MAX_BYTES, size: int | None = None
 ) -> tuple[list[Finding], AgentConfig | None]:
-    """Every finding of one config file's bytes, and its settings (None when it has errors)."""
+    """Every finding of one config file's bytes, and its settings (None when it has errors).
+    `size`: the file's whole size (`source_size`), for a file over `max_bytes`, of which only
+    the first bytes past the limit were read."""
     if len(data) > max_bytes:
         too_large = Findings(file, "")
-        too_large.add(
-            None,
-            "file-too-large",
-            f"{len(data):,} bytes is over the limit of {max_bytes:,} (--max-bytes)",
-        )
+        too_large.add(None, "file-too-large", _too_large(max_bytes, size))
         return too_large.found, None
     try:
         text = data.decode("utf-8-sig")
@@ -209,6 +209,22 @@ def looks_like_agent_config(data: bytes) -> bool:
     return any(near_block(m.group(1)) for m in _TOP_KEY.finditer(text))
 
 
+def _too_large(max_bytes: int, size: int | None) -> str:
+    if size is None or size <= max_bytes:  # a pipe, or a file that changed since it was read
+        return f"the input is over the limit of {max_bytes:,} bytes (--max-bytes)"
+    return f"the file is {size:,} bytes, over the limit of {max_bytes:,} (--max-bytes)"
+
+
+def source_size(path: str) -> int | None:
+    """The size of a config file that is a regular file; None for stdin, a pipe or a device
+    (their size is known only by reading them, and `read_source` stops past the limit)."""
+    try:
+        found = None if path == "-" else os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return found.st_size if found and stat.S_ISREG(found.st_mode) else None
+
+
 def read_source(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """A config file's bytes (`-` is stdin), at most one byte past the limit, so that a file
     too large is seen as such without reading all of it. Raises OSError."""
@@ -226,7 +242,7 @@ def load_config(path: str) -> AgentConfig:
         data = read_source(path)
     except OSError as exc:
         raise UnusableInput(f"{path}: cannot read the config ({exc.strerror})") from None
-    findings, config = check_source(data, path)
+    findings, config = check_source(data, path, size=source_size(path))
     errors = blocking(findings)
     if config is None or errors:
         first = errors[0]
