@@ -644,3 +644,37 @@ def test_an_interrupted_status_or_check_of_many_volumes_says_which_were_read(
         f"volumetool: interrupted; finished: 1 ({paths[0]}); not finished: 2 ({paths[1]},"
         f" {paths[2]})"
     )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["transcript", "VOL", ""],
+        ["thread", "new", "VOL", ""],
+        ["thread", "reset", "VOL", "", "--yes"],
+        ["thread", "undo", "VOL", "", "--yes"],
+        ["memories", "get", "VOL", ""],
+        ["memories", "forget", "VOL", ""],
+        ["erase", "VOL", "--key", "", "--yes"],
+        ["erase", "VOL", "--key", "discord:1", "--key", "", "--yes"],
+        ["compact", "VOL", "--key", "", "--force", "--model", "m", "--dry-run"],
+        ["sessions", "VOL", "--key", ""],
+        ["runs", "VOL", "--key", ""],
+        ["audit", "VOL", "--key", ""],
+        ["search", "VOL", "hello", "--key", ""],
+    ],
+    ids=" ".join,
+)
+def test_an_empty_key_is_unusable_input(tmp_path, run_cli, args):
+    """An empty KEY or --key names no thread or memory: exit 2 before the volume is touched,
+    not 1 ("no thread under key ''"), nor an empty listing that looks like an answer."""
+    from tests.conftest import assert_clean_error
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    w.message(w.thread("discord:1"), "user", "hello")
+    w.close()
+    before = table_dump(w.path)
+    result = run_cli(*[str(w.path) if a == "VOL" else a for a in args])
+    named = "--key" if "--key" in args else "KEY"
+    assert_clean_error(result, 2, f"{named} is empty")
+    assert table_dump(w.path) == before

@@ -162,3 +162,11 @@ def test_the_agents_compactions_fold_whole_turns_and_never_the_prefix(tmp_path):
            WHERE c.summary IS NOT s.summary"""
     ).fetchone() == (0,)
     conn.close()
+
+
+@pytest.mark.parametrize("name", ["", "  ", "\t"])
+def test_demo_and_init_refuse_a_blank_name(tmp_path, run_cli, name):
+    for command in ("demo", "init"):
+        result = run_cli(command, tmp_path / f"{command}.db", "--name", name)
+        assert_clean_error(result, 2, "--name", "blank")
+        assert list(tmp_path.iterdir()) == []

@@ -13,6 +13,7 @@ from volumetool.cli.options import (
     Finite,
     Seconds,
     busy_timeout_option,
+    key_text,
     only_one,
     say,
     shard_option,
@@ -118,7 +119,12 @@ def tuning_options(f):
     help="The agent YAML: memory: decides what is due, model: who summarizes.",
     **from_env("--config"),
 )
-@click.option("--key", metavar="K", help="Only the active thread under this conversation key.")
+@click.option(
+    "--key",
+    metavar="K",
+    callback=key_text,
+    help="Only the active thread under this conversation key.",
+)
 @click.option("--force", is_flag=True, help="With --key: compact even if not due (/compact).")
 @click.option(
     "--dry-run",

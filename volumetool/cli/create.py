@@ -6,13 +6,19 @@ import time
 
 import click
 
-from volumetool.cli.options import Command, say, volume_argument
+from volumetool.cli.options import Command, name_text, say, volume_argument
 from volumetool.text import plural
 
 
 @click.command(cls=Command, short_help="Create a new, empty agent file.")
 @volume_argument
-@click.option("--name", default="agent", show_default=True, help="The agent's name (identity).")
+@click.option(
+    "--name",
+    default="agent",
+    show_default=True,
+    callback=name_text,
+    help="The agent's name (identity).",
+)
 def init(volume: str, name: str) -> None:
     """Create a new, empty agent file at the current format, in WAL mode.
 
@@ -47,7 +53,9 @@ def init(volume: str, name: str) -> None:
     show_default=True,
     help="The same seed writes the same volume.",
 )
-@click.option("--name", default="demo-agent", show_default=True, help="The agent's name.")
+@click.option(
+    "--name", default="demo-agent", show_default=True, callback=name_text, help="The agent's name."
+)
 @click.option(
     "--config-out",
     type=click.Path(dir_okay=False),

@@ -17,6 +17,7 @@ from volumetool.cli.options import (
     emit,
     format_given,
     key_argument,
+    key_text,
     note_cut,
     output_options,
     parse_since,
@@ -172,7 +173,13 @@ def _status_of_many(selected, memory, prometheus, output, tablefmt, limit, busy_
 
 @click.command(cls=Command)
 @volume_argument
-@click.option("--key", "key_glob", metavar="GLOB", help="Conversation keys matching a glob.")
+@click.option(
+    "--key",
+    "key_glob",
+    metavar="GLOB",
+    callback=key_text,
+    help="Conversation keys matching a glob.",
+)
 @click.option("--channel", metavar="C", help="Only threads on this channel.")
 @click.option(
     "--status",
@@ -341,7 +348,9 @@ def _show_conversation(rows, view, key, color, no_pager, full_args, max_chars) -
 
 @click.command(cls=Command)
 @volume_argument
-@click.option("--key", metavar="K", help="Runs of the threads under this conversation key.")
+@click.option(
+    "--key", metavar="K", callback=key_text, help="Runs of the threads under this conversation key."
+)
 @click.option("--trigger", metavar="T", help="message, webhook, schedule, manual, compaction…")
 @click.option(
     "--status",
@@ -369,7 +378,12 @@ def runs(volume, key, trigger, status, since, output, tablefmt, limit, busy_time
 @volume_argument
 @click.option("--event", metavar="E", help="permission, memory, compaction, thread…")
 @click.option("--action", metavar="A", help="The detail's action (remember, forget, failed…).")
-@click.option("--key", metavar="K", help="Events of a conversation key, or naming a memory key.")
+@click.option(
+    "--key",
+    metavar="K",
+    callback=key_text,
+    help="Events of a conversation key, or naming a memory key.",
+)
 @since_option("events")
 @output_options
 @busy_timeout_option

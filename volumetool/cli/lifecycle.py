@@ -14,6 +14,7 @@ from volumetool.cli.options import (
     busy_timeout_option,
     emit,
     format_given,
+    key_text,
     note_cut,
     output_options,
     parse_since,
@@ -150,7 +151,7 @@ def _list_prune(conn, before: str, counts: dict, output, tablefmt, limit) -> Non
     required=True,
     multiple=True,
     metavar="KEY",
-    callback=utf8_text,
+    callback=key_text,
     help="The conversation key (exact); repeat it to erase several in one transaction.",
 )
 @click.option(

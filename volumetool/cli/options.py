@@ -13,6 +13,7 @@ import click
 
 from volumetool import VOLUME_ENV
 from volumetool.cli.docs import Documented
+from volumetool.errors import UnusableInput
 from volumetool.render import Listing, OutputFormat, render
 
 DEFAULT_LIMIT = 100
@@ -174,7 +175,7 @@ AFTER_VOLUME = _AfterVolume()
 def key_argument(f: Callable) -> Callable:
     """KEY, after VOLUME: a conversation or memory key (text: bytes that are not UTF-8 are a
     usage error naming KEY)."""
-    return click.argument("key", type=AFTER_VOLUME, callback=utf8_text)(f)
+    return click.argument("key", type=AFTER_VOLUME, callback=key_text)(f)
 
 
 def volume_argument(f: Callable) -> Callable:
@@ -292,6 +293,26 @@ def utf8_text(ctx: click.Context, param: click.Parameter, value):
                 f"'{escape_control(text[:60])}' holds bytes that are not UTF-8"
             )
     return value
+
+
+def key_text(ctx: click.Context, param: click.Parameter, value):
+    """utf8_text for a conversation or memory key (or glob): an empty one names nothing, so it
+    is unusable input (exit 2), never "no thread under key ''" or a thread made under it."""
+    for text in value if isinstance(value, tuple) else [value]:
+        if text == "":
+            raise UnusableInput(f"{_named(param)} is empty", "name a key")
+    return utf8_text(ctx, param, value)
+
+
+def name_text(ctx: click.Context, param: click.Parameter, value):
+    """utf8_text for an agent's name, which must show something: not empty, not blanks."""
+    if value is not None and not value.strip():
+        raise UnusableInput(f"{_named(param)} {value!r} is blank", "give the agent a name")
+    return utf8_text(ctx, param, value)
+
+
+def _named(param: click.Parameter) -> str:
+    return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
 
 
 def say(message: str) -> None:

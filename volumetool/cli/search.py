@@ -12,6 +12,7 @@ from volumetool.cli.options import (
     Command,
     busy_timeout_option,
     emit,
+    key_text,
     output_options,
     parse_since,
     say,
@@ -28,7 +29,7 @@ from volumetool.cli.options import (
     "--key",
     "key_glob",
     metavar="GLOB",
-    callback=utf8_text,
+    callback=key_text,
     help="Threads (or memory keys) matching a glob.",
 )
 @click.option(
