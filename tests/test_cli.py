@@ -678,3 +678,33 @@ def test_an_empty_key_is_unusable_input(tmp_path, run_cli, args):
     named = "--key" if "--key" in args else "KEY"
     assert_clean_error(result, 2, f"{named} is empty")
     assert table_dump(w.path) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["init", "-"],
+        ["demo", "-"],
+        ["demo", "-", "--config-out", "agent.yaml"],
+        ["status", "-"],
+        ["sessions", "-"],
+        ["check", "-"],
+        ["migrate", "-"],
+        ["backup", "-", "copy.db"],
+        ["memories", "list", "-"],
+        ["erase", "-", "--key", "discord:1", "--yes"],
+    ],
+    ids=" ".join,
+)
+def test_dash_as_volume_says_a_volume_cannot_be_stdin_or_stdout(
+    tmp_path, run_cli, monkeypatch, args
+):
+    """`-` is stdin/stdout where a file is taken (SPEC 4); an SQLite volume can be neither, so
+    it is refused, and never made or looked for as a file named `-`."""
+    from tests.conftest import assert_clean_error
+
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(*args)
+    assert_clean_error(result, 2, "-: a volume is an SQLite file and cannot be stdin or stdout")
+    assert "init" not in result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -885,3 +885,17 @@ def test_docs_units_pass_systemd_analyze_verify(tmp_path):
         if str(tmp_path) in line and "volumetool-compact" in line
     ]
     assert problems == [], result.stderr
+
+
+def test_metrics_file_dash_is_refused_while_stdout_carries_the_results(
+    tmp_path, server, run_cli, monkeypatch
+):
+    """`-` is stdout where a file is taken (SPEC 4), but compact's stdout carries its results:
+    the metrics cannot go there too, and no file named `-` is written instead."""
+    volume, config = compaction_setup(tmp_path, server)
+    before = volume.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    result = run_compact(run_cli, volume, config, "--metrics-file", "-")
+    assert_clean_error(result, 2, "--metrics-file -: stdout carries the run's results")
+    assert not (tmp_path / "-").exists()
+    assert server.requests == [] and volume.read_bytes() == before

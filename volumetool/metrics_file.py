@@ -24,8 +24,13 @@ PREVIOUS_MAX_BYTES = 1 << 20  # of an earlier metrics file, read for its last su
 def metrics_target(name: str) -> OutputTarget:
     """Where `--metrics-file NAME` writes, checked before a run starts, so that a typo costs
     nothing: never over a volume, a device or anything else named by mistake, only an earlier
-    metrics file (whose mode it keeps; a new one is 0644, readable by node_exporter). `-` is a
-    file of that name: node_exporter reads no stdout."""
+    metrics file (whose mode it keeps; a new one is 0644, readable by node_exporter). Not
+    stdout (`-`): that carries the run's results, and node_exporter reads files."""
+    if name == "-":
+        raise UnusableInput(
+            "--metrics-file -: stdout carries the run's results, so the metrics cannot go there",
+            "name a file in node_exporter's textfile directory",
+        )
     target = OutputTarget(
         name,
         "metrics file",
@@ -33,7 +38,6 @@ def metrics_target(name: str) -> OutputTarget:
         starts=METRICS_STARTS,
         mode=0o644,
         keep_mode=True,
-        stdout=False,
     )
     return target.check()
 

@@ -42,14 +42,13 @@ class OutputTarget:
     starts: tuple[bytes, ...] | None = None
     mode: int = 0o600  # a new file's mode
     keep_mode: bool = False  # a replaced file keeps its mode
-    stdout: bool = True  # `-` is stdout (else a file named `-`)
     binary: bool = False  # never written to a terminal
     written: int = 0  # bytes, once written
 
     @property
     def path(self) -> Path | None:
         """The file; None for stdout."""
-        return None if self.stdout and self.name == "-" else Path(self.name)
+        return None if self.name == "-" else Path(self.name)
 
     def check(self) -> OutputTarget:
         """Refuse (exit 2) what cannot or must not be written; done before the work starts."""

@@ -87,6 +87,11 @@ def _given(argument: str | os.PathLike | None) -> str:
     # $VOLUMETOOL_VOLUME is read by the CLI alone (cli.options), where no VOLUME is given.
     if argument is None or str(argument) == "":
         raise UnusableInput("no VOLUME given", f"pass a path or set {VOLUME_ENV}")
+    if str(argument) == "-":  # SPEC 4's `-` is stdin/stdout: a database is neither
+        raise UnusableInput(
+            "-: a volume is an SQLite file and cannot be stdin or stdout",
+            "name its path (./- for a file named -)",
+        )
     return str(argument)
 
 
@@ -108,7 +113,7 @@ def is_sqlite_file(argument: str) -> bool:
     try:
         with resolve(argument).open("rb") as handle:
             return handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnusableInput):
         return False
 
 
