@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import assert_clean_error
 from tests.support.volumes import table_dump
 from volumetool import demo
+from volumetool.errors import UnusableInput
 
 
 def test_same_seed_same_volume_other_seed_other_volume(tmp_path, run_cli):
@@ -162,6 +163,64 @@ def test_the_agents_compactions_fold_whole_turns_and_never_the_prefix(tmp_path):
            WHERE c.summary IS NOT s.summary"""
     ).fetchone() == (0,)
     conn.close()
+
+
+def test_demo_prints_the_config_on_stdout_for_dash(tmp_path, run_cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("demo", "vol/", "--seed", "3", "--config-out", "-")
+    assert result.exit_code == 0, result
+    assert result.stdout == demo.agent_config(3, "demo-agent")
+    assert "config stdout" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vol"]  # no file named `-`
+
+
+@pytest.mark.parametrize(
+    ("volume", "config", "says"),
+    [
+        ("d6/", "d6", "goes in that directory"),  # the config where the volume's directory goes
+        ("d7", "d7/agent.yaml", "end VOLUME with /"),  # the config under the volume's file
+        ("d8/", "d8/agent.db", "where the volume goes"),
+        ("d9", "d9-wal", "where the volume goes"),
+        ("d10/", "d10/", "names a directory"),
+        ("d11", "f/agent.yaml", "no directory f"),  # f is a file
+        ("d12/a/", "x\x00.yaml", "NUL"),
+    ],
+)
+def test_demo_checks_both_outputs_before_writing_either(
+    tmp_path, run_cli, monkeypatch, volume, config, says
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f").write_text("mine")
+    assert_clean_error(run_cli("demo", volume, "--config-out", config), 2, says)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_a_demo_that_fails_midway_removes_only_what_it_made(tmp_path, monkeypatch):
+    (tmp_path / "kept").mkdir()
+    path = tmp_path / "kept" / "new" / "deeper" / "agent.db"
+    config = demo.config_target(str(tmp_path / "kept" / "conf" / "agent.yaml"))
+
+    def broken(conn, threads, seed):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(demo, "fill", broken)
+    with pytest.raises(OSError):
+        demo.build(path, threads=2, config=config)
+    assert list((tmp_path / "kept").iterdir()) == []
+    # The config cannot be published (someone wrote that file meanwhile): the volume this run
+    # made goes again, the other file stays.
+    monkeypatch.undo()
+    mine = tmp_path / "kept" / "agent.yaml"
+
+    def theirs(conn, threads, seed):
+        mine.write_text("theirs")
+        return demo.DemoCounts()
+
+    monkeypatch.setattr(demo, "fill", theirs)
+    with pytest.raises(UnusableInput, match="already exists"):
+        demo.build(tmp_path / "kept" / "v" / "agent.db", 2, config=demo.config_target(str(mine)))
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["agent.yaml"]
+    assert mine.read_text() == "theirs"
 
 
 @pytest.mark.parametrize("name", ["", "  ", "\t"])

@@ -123,31 +123,59 @@ def staged_file(
     it. A failure or a kill leaves `path` as it was."""
     if not replace:
         refuse_existing(path)
-    try:
-        if make_parents:  # a new volume's directory; an export or a backup needs an existing one
+    # A new volume's directories; an export or a backup needs an existing one.
+    with made_directories(path.parent if make_parents else None):
+        try:
+            remove_stale_stages(path.parent, glob.escape(path.name))
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=stage_prefix(path.name))
+        except OSError as exc:
+            raise UnusableInput(f"{path}: cannot create the file ({exc.strerror})") from None
+        os.close(fd)
+        os.chmod(name, mode)
+        tmp = Path(name)
+        try:
+            yield tmp
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+            if replace:
+                os.replace(tmp, path)
+                fsync_directory(path.parent)
+            else:
+                publish(tmp, path)
+        finally:
+            remove_stage(tmp)
+
+
+@contextlib.contextmanager
+def made_directories(directory: Path | None) -> Iterator[list[Path]]:
+    """Make `directory` and its missing parents (None: nothing) for the block; if the block
+    fails, remove those this call made, deepest first, as long as they are still empty: a
+    failed command leaves no directory behind, and never removes one it did not make."""
+    made: list[Path] = []
+    missing = [d for d in (directory, *directory.parents) if not d.exists()] if directory else []
+    for each in reversed(missing):
+        try:
             # Never writable by others, whatever the umask: whoever can write in it can put
             # another file in the volume's place.
-            missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
-            for directory in reversed(missing):
-                directory.mkdir(mode=0o755, exist_ok=True)
-        remove_stale_stages(path.parent, glob.escape(path.name))
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=stage_prefix(path.name))
-    except OSError as exc:
-        raise UnusableInput(f"{path}: cannot create the file ({exc.strerror})") from None
-    os.close(fd)
-    os.chmod(name, mode)
-    tmp = Path(name)
+            each.mkdir(mode=0o755)
+            made.append(each)
+        except OSError as exc:
+            if isinstance(exc, FileExistsError) and each.is_dir():
+                continue  # made meanwhile by someone else: not this call's to remove
+            remove_empty(made)
+            raise UnusableInput(f"{each}: cannot make the directory ({exc.strerror})") from None
     try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        if replace:
-            os.replace(tmp, path)
-            fsync_directory(path.parent)
-        else:
-            publish(tmp, path)
-    finally:
-        remove_stage(tmp)
+        yield made
+    except BaseException:
+        remove_empty(made)
+        raise
+
+
+def remove_empty(directories: list[Path]) -> None:
+    """Remove these directories, deepest (last) first, each only if it is empty."""
+    for directory in reversed(directories):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
 
 
 def apply_migrations(conn: sqlite3.Connection) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
 import random
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -26,7 +27,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from volumetool.atomic import create_volume, staged_file
+from volumetool.atomic import (
+    SIDE_FILES,
+    create_volume,
+    made_directories,
+    refuse_existing,
+    refuse_side_files,
+    remove_stage,
+)
+from volumetool.errors import UnusableInput
+from volumetool.output import OutputTarget
 
 THRESHOLD = 50_000
 MAIN_MODEL = "gpt-4.1"
@@ -855,29 +865,81 @@ memory:
 """
 
 
+def agent_config(seed: int, name: str) -> str:
+    """The agent YAML that matches a demo volume."""
+    return AGENT_CONFIG.format(
+        seed=seed, name=name, main=MAIN_MODEL, small=SMALL_MODEL, threshold=THRESHOLD
+    )
+
+
+def config_target(name: str) -> OutputTarget:
+    """Where `--config-out NAME` writes the agent YAML: a new file (its directories are made
+    as the volume's are), or stdout for `-`."""
+    return OutputTarget(name, "agent config", "agent.yaml", mode=0o644, make_parents=True)
+
+
 def build(
     path: Path,
     threads: int = 12,
     seed: int = 1,
     name: str = "demo-agent",
-    config_out: Path | None = None,
+    config: OutputTarget | None = None,
 ) -> DemoCounts:
-    """Write a demo volume at `path` (and its agent YAML at `config_out`); never overwrites."""
+    """Write a demo volume at `path` (and its agent YAML to `config`). Never overwrites: both
+    are checked before anything is written, and when the work fails midway what this call
+    made (the volume, directories) is removed again."""
     counts = DemoCounts()
 
     def filler(conn: sqlite3.Connection) -> None:
         nonlocal counts
         counts = fill(conn, threads, seed)
 
+    refuse_existing(path)
+    refuse_side_files(path)
+    if config is not None:
+        config.check()
+        refuse_clash(path, config)
     created = iso_ms(SPAN_START_MS - 86_400_000)
-    if config_out is not None:
-        with staged_file(config_out, mode=0o644, make_parents=True) as tmp:
-            tmp.write_text(
-                AGENT_CONFIG.format(
-                    seed=seed, name=name, main=MAIN_MODEL, small=SMALL_MODEL, threshold=THRESHOLD
-                )
-            )
+    with made_directories(path.parent):
+        if config is None:
             create_volume(path, name, filler, created_at=created)
-    else:
-        create_volume(path, name, filler, created_at=created)
+            return counts
+        made = False
+        try:
+            if config.path is None:  # stdout: the YAML once the volume is there
+                create_volume(path, name, filler, created_at=created)
+                made = True
+                with config.open() as out:
+                    out.write(agent_config(seed, name).encode())
+            else:
+                with config.staged() as tmp:
+                    tmp.write_text(agent_config(seed, name))
+                    create_volume(path, name, filler, created_at=created)
+                    made = True
+        except BaseException:
+            if made:
+                remove_stage(path)  # the volume this call published, and any side file
+            raise
     return counts
+
+
+def refuse_clash(volume: Path, config: OutputTarget) -> None:
+    """Refuse (exit 2) a config file that is the volume, one of its side files, the directory
+    the volume goes in, or under the volume's own name."""
+    if config.path is None:
+        return
+    v, c = Path(os.path.realpath(volume)), Path(os.path.realpath(config.path))
+    if c in {Path(f"{v}{suffix}") for suffix in ("", *SIDE_FILES)}:
+        raise UnusableInput(
+            f"{config.name}: is where the volume goes", "name another file for the config"
+        )
+    if c in v.parents:
+        raise UnusableInput(
+            f"{config.name}: the volume {volume} goes in that directory",
+            f"name a file for the config, e.g. {config.path / 'agent.yaml'}",
+        )
+    if v in c.parents:
+        raise UnusableInput(
+            f"{config.name}: is under {volume}, the volume's file",
+            "end VOLUME with / to make it a directory, or put the config elsewhere",
+        )

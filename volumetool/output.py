@@ -1,6 +1,6 @@
 """Where a command's file goes: one target for every command that writes one (`memories
-export -o`, `report -o`, `backup DEST`, `compact --metrics-file`), named on the command line
-as a path or as `-` (stdout).
+export -o`, `report -o`, `backup DEST`, `compact --metrics-file`, `demo --config-out`), named
+on the command line as a path or as `-` (stdout).
 
 One shape, whatever the file:
 
@@ -43,6 +43,7 @@ class OutputTarget:
     mode: int = 0o600  # a new file's mode
     keep_mode: bool = False  # a replaced file keeps its mode
     binary: bool = False  # never written to a terminal
+    make_parents: bool = False  # the directories it goes in are made (demo's new files)
     written: int = 0  # bytes, once written
 
     @property
@@ -78,6 +79,8 @@ class OutputTarget:
                     f"{text}: is a directory", f"name the file, e.g. {text}/{self.example}"
                 )
             directory = path.parent
+            if self.make_parents:
+                directory = nearest_existing(directory)
             if not directory.is_dir():
                 raise UnusableInput(f"{text}: no directory {directory} for the {self.what}")
         except OSError as exc:  # a name too long, a directory without permission
@@ -97,7 +100,8 @@ class OutputTarget:
         unlinked before its first byte is written, so nothing is left however it ends)."""
         path = self.path
         if path is not None:
-            with staged_file(path, self.file_mode(), replace=self.starts is not None) as tmp:
+            mode, replace = self.file_mode(), self.starts is not None
+            with staged_file(path, mode, replace=replace, make_parents=self.make_parents) as tmp:
                 yield tmp
                 self.written = tmp.stat().st_size
             return
@@ -133,6 +137,13 @@ class OutputTarget:
             return
         with self.staged() as tmp, open(tmp, "wb") as out:
             yield out
+
+
+def nearest_existing(directory: Path) -> Path:
+    """The directory itself or its nearest ancestor that exists (which may be no directory)."""
+    return next(
+        (d for d in (directory, *directory.parents) if d.exists() or d.is_symlink()), directory
+    )
 
 
 def replaceable_mode(path: Path, kinds: tuple[bytes, ...], what: str, new_mode: int = 0o600) -> int:

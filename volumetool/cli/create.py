@@ -58,9 +58,8 @@ def init(volume: str, name: str) -> None:
 )
 @click.option(
     "--config-out",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Also write a matching agent YAML here.",
+    metavar="FILE|-",
+    help="Also write a matching agent YAML here; - writes it to stdout.",
 )
 def demo(volume: str, sessions: int, seed: int, name: str, config_out: str | None) -> None:
     """Write a realistic sample volume: threads on several channels with tool calls, archived
@@ -68,28 +67,25 @@ def demo(volume: str, sessions: int, seed: int, name: str, config_out: str | Non
     failed ones among them), memories and their audit events.
 
     The content is the same for the same --seed (timestamps end on 2026-11-30). Refuses to
-    overwrite VOLUME or FILE.
+    overwrite VOLUME or FILE, and checks both before writing either: a run that fails leaves
+    nothing behind.
 
     \b
     Example:
       volumetool demo ./vol --sessions 200 --seed 7 --config-out agent.yaml
     """
-    from pathlib import Path
-
     from volumetool import demo as demo_volume
-    from volumetool.atomic import refuse_existing
     from volumetool.volume import resolve_new
 
     path = resolve_new(volume)
-    config_path = Path(config_out) if config_out else None
-    if config_path:
-        refuse_existing(config_path)
+    config = demo_volume.config_target(config_out) if config_out is not None else None
     started = time.monotonic()
-    counts = demo_volume.build(path, sessions, seed, name, config_path)
+    counts = demo_volume.build(path, sessions, seed, name, config)
     took = time.monotonic() - started
+    where = config and ("stdout" if config.path is None else config.path)
     say(
         f"wrote {path}: {plural(counts.sessions, 'thread')}, {plural(counts.messages, 'message')}, "
         f"{plural(counts.runs, 'run')}, {plural(counts.audit, 'audit event')}, "
         f"{plural(counts.memories, 'memory')} "
-        f"in {took:.1f}s" + (f"; config {config_path}" if config_path else "")
+        f"in {took:.1f}s" + (f"; config {where}" if config else "")
     )
