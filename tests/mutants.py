@@ -121,6 +121,11 @@ SINGLES: dict[str, str] = {
         )
         for n in (4, 7, 8)
     },
+    "volumetool.model_client.x__inflate__mutmut_9": (
+        "Inflating MAX_BODY_BYTES + 2 bytes at most instead of + 1: either way a body over "
+        "MAX_BODY_BYTES is more than the limit (or leaves a tail) and is refused; one within it "
+        "is read whole."
+    ),
     "volumetool.model_client.x__text__mutmut_3": (
         "ensure_ascii=None is falsy, as False is: the same JSON text."
     ),

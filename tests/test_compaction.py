@@ -850,6 +850,11 @@ def test_each_result_line_says_what_happened_in_one_line():
         .line()
         .endswith("100% of the facts kept; run 2")
     )
+    # A fold with no hard facts has no share kept (retention null): the line says so, and a
+    # thread whose retention was not checked at all says nothing of it.
+    no_facts = Outcome(**kept, retention=None, missing_facts=[]).line()
+    assert no_facts.endswith("~? saved, no hard facts to check; run 2")
+    assert Outcome(**kept).line().endswith("~? saved; run 2")
     many = Outcome(**kept, retention=0.0, missing_facts=[f"fact{n:03d}" for n in range(50)])
     lost = many.line().split("(lost: ")[1].split(")")[0]
     assert len(lost) == 120 and lost.endswith("…")  # a long list is cut, not the line

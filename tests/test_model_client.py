@@ -899,12 +899,18 @@ def test_an_event_stream_is_known_by_its_first_line_whatever_its_label():
     # with any field (data, event, id, retry) or a comment first is read as a stream: here
     # one that never says how it finished.
     chunk = b'data: {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}\n\n'
-    for head in (b"", b"\n\r\n", b": keep-alive\n", b"id: 1\n", b"retry: 3000\n", b"\xef\xbb\xbf"):
+    heads = (b"", b"\n\r\n", b": keep-alive\n", b"id: 1\n", b"retry: 3000\n", b"\xef\xbb\xbf")
+    heads += (b"\xef\xbb\xbf\r\n\n",)  # a byte order mark with blank lines after it
+    for head in heads:
         done = answer(200, {"content-type": "application/json"}, head + chunk)
         assert isinstance(done, Completion), done
         assert (done.text, done.finish) == ("Hi", None)
     error = answer(200, {"content-type": "text/event-stream"}, b"{}")
     assert isinstance(error, ModelError) and "no choices (in an event stream)" in error.reason
+    # After a blank line a byte order mark is no longer one (it starts the line's field name,
+    # as the event stream format says), but the body is still known for a stream.
+    late = answer(200, {"content-type": "application/json"}, b"\n\xef\xbb\xbf" + chunk)
+    assert isinstance(late, ModelError) and "no choices (in an event stream)" in late.reason
 
 
 def test_every_unreadable_answer_names_its_request():
