@@ -356,6 +356,27 @@ def test_no_readable_volume_is_exit_2_and_writes_nothing(tmp_path, run_cli):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_no_volume_read_for_its_schema_is_exit_3_and_writes_nothing(tmp_path, run_cli):
+    """Every volume needs migrate or was written by a newer version: a schema mismatch
+    (SPEC 4: exit 3), not unusable input; with a missing one among them, exit 2."""
+    from tests.support.legacy import write_legacy
+
+    legacy = write_legacy(tmp_path / "old.db", [{"id": 1, "key": "k", "transcript": []}])
+    newer = write_volume(tmp_path / "new.db")
+    with sqlite3.connect(newer) as conn:
+        conn.execute(
+            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at)"
+            " VALUES ('agent-volume', 'm900_future', 'x')"
+        )
+    out = tmp_path / "report.html"
+    for volumes in ([legacy], [newer], [legacy, newer]):
+        result = run_cli("report", *volumes, "-o", out)
+        assert result.exit_code == 3, result
+        assert f"no volume could be read ({len(volumes)} tried)" in result.stderr.splitlines()[-1]
+        assert not out.exists()
+    assert run_cli("report", legacy, tmp_path / "missing.db", "-o", out).exit_code == 2
+
+
 def test_dash_writes_the_page_to_stdout(tmp_path, run_cli):
     volume = write_volume(tmp_path / "agent.db")
     result = run_cli("report", volume, "-o", "-")

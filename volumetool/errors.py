@@ -99,6 +99,14 @@ def worst_exit_code(codes: Iterable[int]) -> int:
     return next((code for code in EXIT_PRECEDENCE if code in found), 0)
 
 
+def error_with_code(code: int, message: str, hint: str | None = None) -> VolumetoolError:
+    """The exception of exit code `code` (1 to 4), for a command that fails as a whole for
+    its parts' reasons (every volume unreadable: the most serious of theirs)."""
+    kinds = (ProblemsFound, UnusableInput, SchemaMismatch, Busy)
+    kind = next((kind for kind in kinds if kind.exit_code == code), ProblemsFound)
+    return kind(message, hint)
+
+
 # SQLite's primary result codes (the extended ones, SQLITE_IOERR_SHORT_READ say, share the
 # prefix), by what they mean for the user.
 _BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}

@@ -54,7 +54,8 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
     JavaScript, and the page prints on A4. With several volumes a fleet table comes first,
     then a section per volume. A volume that cannot be read is named in the page and on
     stderr and the others are still reported (exit code: the most serious of theirs); when
-    none can be read nothing is written (exit 2). With --shard, only the volumes of that
+    none can be read nothing is written (exit code: the most serious of theirs, so 3 when
+    each needs migrate or is newer). With --shard, only the volumes of that
     shard; a shard that gets none writes nothing and succeeds.
 
     \b
@@ -66,7 +67,7 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
 
     from volumetool import __version__
     from volumetool.cli.messages import show_error
-    from volumetool.errors import UnusableInput, worst_exit_code
+    from volumetool.errors import error_with_code, worst_exit_code
     from volumetool.report.gather import read_volumes, window
     from volumetool.report.output import page_target
     from volumetool.report.page import page
@@ -85,9 +86,12 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
     reports, failures = read_volumes(volumes, settings, window(now.date(), days), busy_timeout)
     for failure in failures:
         show_error(failure.error)
+    codes = [failure.exit_code for failure in failures]
     if not reports:
-        raise UnusableInput(
-            f"no volume could be read ({len(failures)} tried)", "nothing was written"
+        raise error_with_code(
+            worst_exit_code(codes),
+            f"no volume could be read ({len(failures)} tried)",
+            "nothing was written",
         )
     document = page(reports, failures, now, __version__, config_file).encode()
     with target.open() as out:
@@ -98,4 +102,4 @@ def report(volumes, output_path, config_file, days, shard, busy_timeout) -> None
             + (f", {len(failures)} not read" if failures else "")
             + f", {len(document):,} bytes"
         )
-    sys.exit(worst_exit_code(f.exit_code for f in failures))
+    sys.exit(worst_exit_code(codes))
