@@ -857,6 +857,10 @@ def test_erase_asks_first_and_an_unanswered_prompt_erases_nothing(tmp_path, run_
     unanswered = run_cli("erase", path, "--key", "telegram:ana", input="")
     assert unanswered.exit_code == 1
     assert "Erase 2 threads under 'telegram:ana'" in unanswered.stderr
+    assert (
+        unanswered.stderr.splitlines()[-1].startswith("volumetool: no answer; nothing was changed")
+        and "Aborted" not in unanswered.stderr
+    )
     assert file_digest(path) == digest
     declined = run_cli("erase", path, "--key", "telegram:ana", input="n\n")
     assert declined.exit_code == 1 and file_digest(path) == digest

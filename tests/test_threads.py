@@ -69,6 +69,27 @@ def test_reset_asks_first(vol, run_cli):
     assert query(vol["path"], "SELECT count(*) FROM messages") == [(0,)]
 
 
+def test_an_unanswered_or_declined_prompt_says_on_its_own_line_that_nothing_changed(vol):
+    """`thread reset VOL KEY < /dev/null` (cron, a script): the prompt's line is ended, and
+    the error line says nothing was changed (exit 1), not click's bare "Aborted!"."""
+    import subprocess
+
+    from tests.test_backup import run_vt
+
+    prompt = "Delete the 6 messages and the summary of thread 1 (slack:T1/C2)? [y/N]: "
+    for stdin, answer, line in (
+        (subprocess.DEVNULL, "no answer (stdin at its end)", "no answer; nothing was changed"),
+        (None, "", "declined; nothing was changed"),
+    ):
+        given = {"stdin": stdin} if stdin else {"input": b"n\n"}
+        done = run_vt("thread", "reset", vol["path"], "slack:T1/C2", **given)
+        assert done.returncode == 1, done
+        [asked, said] = done.stderr.decode().splitlines()
+        assert asked == prompt + answer and said.startswith(f"volumetool: {line}"), done.stderr
+        assert b"Aborted" not in done.stderr and done.stdout == b""
+    assert query(vol["path"], "SELECT count(*) FROM messages") == [(6,)]
+
+
 @pytest.mark.parametrize("command", [["new"], ["reset", "--yes"]])
 def test_a_key_without_an_active_thread_is_a_clear_error(vol, run_cli, command):
     result = run_cli("thread", command[0], vol["path"], "nope", *command[1:])

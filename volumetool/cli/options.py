@@ -331,15 +331,28 @@ def show(line: str) -> None:
 
 
 def ask(question: str) -> None:
-    """Ask on stderr whether to go on; stop (click.Abort, exit 1) unless the answer is yes.
-    No answer is no: stdin at its end, or closed (a job started with no stdin at all)."""
+    """Ask on stderr whether to go on; stop (exit 1, "nothing was changed") unless the answer
+    is yes. No answer is no: stdin at its end, or closed (a job started with no stdin at all).
+    The prompt's line is ended, so the error line stands on its own."""
+    from volumetool.errors import ProblemsFound
     from volumetool.text import escape_control
 
     question = escape_control(question)  # it names a key or a path
+    unanswered = ProblemsFound("no answer; nothing was changed", "pass --yes to go on unasked")
     if sys.stdin is None or sys.stdin.closed or getattr(sys.stdin, "name", None) == os.devnull:
         click.echo(f"{question} [y/N]: no answer (stdin is closed)", err=True)
-        raise click.Abort
-    click.confirm(question, abort=True, err=True)
+        raise unanswered
+    try:
+        if click.confirm(question, err=True):
+            return
+    except click.Abort as exc:
+        if not isinstance(exc.__context__, EOFError):  # Ctrl-C at the prompt: interrupted
+            raise
+        click.echo("no answer (stdin at its end)", err=True)
+        raise unanswered from None
+    if not sys.stdin.isatty():  # a piped answer is not echoed: end the prompt's line
+        click.echo(err=True)
+    raise ProblemsFound("declined; nothing was changed")
 
 
 def since_option(what: str) -> Callable:
