@@ -12,7 +12,8 @@ One shape, whatever the file:
 2. `OutputTarget.open()` (a binary stream) or `OutputTarget.staged()` (a file to fill) for the
    write: checked again (the work took a while), staged beside the file and published
    atomically (`atomic.staged_file`), so a reader or a crash sees the old file or the whole new
-   one; stdout goes through the same path, written whole.
+   one; stdout goes through the same path, written whole (a reader that closes the pipe
+   before the end makes it an error, exit 1: the copy it got is incomplete).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from volumetool.atomic import refuse_existing, remove_stage, stage_prefix, staged_file
-from volumetool.errors import UnusableInput
+from volumetool.errors import ProblemsFound, UnusableInput
 
 
 @dataclass
@@ -118,7 +119,7 @@ class OutputTarget:
             yield stage
             with open(stage, "rb") as staged:
                 remove_stage(stage)
-                out = WholeWrites(sys.stdout.buffer)
+                out = WholeWrites(sys.stdout.buffer, self.what)
                 shutil.copyfileobj(staged, out, 1 << 20)
                 out.flush()
                 self.written = os.fstat(staged.fileno()).st_size
@@ -130,7 +131,7 @@ class OutputTarget:
         """A binary stream to the target: stdout written whole, or a staged file published
         when the block succeeds."""
         if self.path is None:
-            out = WholeWrites(sys.stdout.buffer)
+            out = WholeWrites(sys.stdout.buffer, self.what)
             yield out
             out.flush()
             self.written = out.written
@@ -180,21 +181,48 @@ def replaceable_mode(path: Path, kinds: tuple[bytes, ...], what: str, new_mode: 
 
 
 class WholeWrites:
-    """A binary stream that writes every byte or raises. Python's buffered stdout may take
-    part of a large write and drop the rest when the pipe closes under it (`… | head`); here
-    the rest is written again, so a closed pipe raises BrokenPipeError and the command ends
-    the way every command does on a closed stdout."""
+    """A binary stream to stdout that writes every byte or fails. Python's buffered stdout may
+    take part of a large write and drop the rest when the pipe closes under it (`… | head`);
+    here the rest is written again. A pipe closed before the end is an error (exit 1) that
+    says the `what` is incomplete: a copy cut short must never pass for a whole one (listings
+    end quietly on a closed pipe; a file's data does not)."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: BinaryIO, what: str) -> None:
         self.stream = stream
+        self.what = what
         self.written = 0
 
     def write(self, data: bytes) -> int:
         view = memoryview(data)
-        while view:
-            view = view[self.stream.write(view) :]
+        with self._whole():
+            while view:
+                view = view[self.stream.write(view) :]
         self.written += len(data)
         return len(data)
 
     def flush(self) -> None:
-        self.stream.flush()
+        with self._whole():
+            self.stream.flush()
+
+    @contextlib.contextmanager
+    def _whole(self) -> Iterator[None]:
+        try:
+            yield
+        except BrokenPipeError:
+            discard_stdout()
+            raise ProblemsFound(
+                f"the {self.what} written to stdout is incomplete: the reader closed the pipe"
+                " before its end",
+                "do not use what it read; write to a file, or read the pipe to its end",
+            ) from None
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of what is still
+    buffered cannot fail again on a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # not a real file descriptor (a test runner's capture)

@@ -105,7 +105,9 @@ def _translate(exc: Exception) -> VolumetoolError:
     if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
         # stdout closed early (`volumetool runs … --json | head -1`): the reader has what it
         # wanted. Every command and format ends the same way: quietly, exit 0.
-        _discard_stdout()
+        from volumetool.output import discard_stdout
+
+        discard_stdout()
         raise click.exceptions.Exit(0)
     if isinstance(exc, OSError):
         return ProblemsFound(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
@@ -137,17 +139,6 @@ def _fail(exc: VolumetoolError, debug: bool) -> NoReturn:
         click.echo("\n".join(escaped(line) for line in lines), err=True)
     show_error(exc)
     raise click.exceptions.Exit(exc.exit_code)
-
-
-def _discard_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's final flush of what is still
-    buffered cannot fail again on the closed pipe."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass  # not a real file descriptor (a test runner's capture)
 
 
 @click.group(
