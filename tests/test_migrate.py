@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from tests.test_cli import SIGNALS, wait_for
 from tests.test_schema import ROOT, normalized_schema
 from volumetool import migrations as migrations_module
 from volumetool.atomic import create_volume
+from volumetool.format import MIGRATIONS
 from volumetool.migrations import LEGACY_TABLES_0X, migrations
 from volumetool.timefmt import is_timestamp
 
@@ -314,6 +316,52 @@ def test_an_interrupted_migrate_starts_no_next_volume_and_says_which_are_finishe
     assert file_digest(last) == untouched
     with sqlite3.connect(big) as conn:  # what committed is whole; the rest is as it was
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+# Runs `volumetool migrate` with the signal sent to itself once every migration committed,
+# just before the integrity_check that follows them.
+SIGNALLED_BEFORE_THE_CHECK = """
+import os, sys
+from volumetool import upgrade
+from volumetool.cli import main
+
+check_after = upgrade._check_after
+
+def signalled(volume, result):
+    os.kill(os.getpid(), int(os.environ["SIGNAL"]))
+    check_after(volume, result)
+
+upgrade._check_after = signalled
+sys.argv[0] = "volumetool"
+main()
+"""
+
+
+@SIGNALS
+def test_an_interrupt_after_the_last_migration_says_it_committed_and_how_to_run_the_check(
+    tmp_path, run_cli, signum, code
+):
+    """Interrupted after the last migration committed, before its integrity_check: migrating
+    again would find the file up to date and check nothing, so the line says the file is at
+    the current format and names the command that runs the check that did not run."""
+    path, _ = legacy_file(tmp_path / "agent.db")
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_BEFORE_THE_CHECK, "migrate", path, "--no-backup"],
+        env={**os.environ, "SIGNAL": str(int(signum))},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == code, done.stderr
+    last = MIGRATIONS[-1]
+    assert done.stderr.splitlines() == [
+        f"volumetool: {path}: interrupted; every migration applied (committed: the file is at"
+        f" {last}, the current format, and its foreign_key_check passed), but its"
+        f" integrity_check did not run — run `volumetool check {path}`"
+    ], done.stderr
+    assert run_cli("migrate", path).stdout == f"{path}: up to date\n"
+    checked = run_cli("check", path)  # the advice runs integrity_check and foreign_key_check
+    assert checked.exit_code == 0, checked
 
 
 def test_backup_never_overwrites(tmp_path, run_cli):

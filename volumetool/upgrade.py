@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
+import shlex
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -175,7 +176,14 @@ def _interrupted(volume: Volume, result: MigrateResult) -> Interrupted:
     elif rest:
         what = f"{', '.join(done)} applied; {', '.join(rest)} still pending"
     else:
-        what = "every migration applied, the integrity check did not run"
+        # Migrate again would find the file up to date and check nothing: `check` runs both
+        # checks (and more) on a current file.
+        return Interrupted(
+            f"{volume.path}: interrupted; every migration applied (committed: the file is at"
+            f" {done[-1]}, the current format, and its foreign_key_check passed), but its"
+            " integrity_check did not run",
+            f"run `volumetool check {shlex.quote(str(volume.path))}`",
+        )
     return Interrupted(f"{volume.path}: interrupted; {what}", "run migrate again")
 
 
@@ -236,10 +244,16 @@ def _apply(volume: Volume, result: MigrateResult, make_backup: bool) -> None:
             result.applied.append(name)
         with contextlib.suppress(sqlite3.Error):
             conn.execute("PRAGMA foreign_keys = ON")
-        problems = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-        conn.execute("PRAGMA mmap_size = 0")
-        if problems != ["ok"]:
-            raise ProblemsFound(
-                f"{volume.path}: integrity check failed after migrating ({problems[0]})",
-                f"restore {result.backup}" if result.backup else None,
-            )
+        _check_after(volume, result)
+
+
+def _check_after(volume: Volume, result: MigrateResult) -> None:
+    """integrity_check, once every migration committed (foreign_key_check ran before the last
+    commit)."""
+    problems = [r[0] for r in volume.conn.execute("PRAGMA integrity_check")]
+    volume.conn.execute("PRAGMA mmap_size = 0")
+    if problems != ["ok"]:
+        raise ProblemsFound(
+            f"{volume.path}: integrity check failed after migrating ({problems[0]})",
+            f"restore {result.backup}" if result.backup else None,
+        )
