@@ -185,6 +185,7 @@ PRUNE_COUNTS = {
     "runs_detached",
     "audit_detached",
     "compaction_saved",
+    "finished_earlier",  # added: what an interrupted prune this one finished first deleted
 }
 
 
@@ -526,9 +527,18 @@ def test_an_interrupted_prune_says_what_it_deleted_and_the_next_one_finishes_it(
         " not all of them yet — run the same prune again to finish it"
     ), result.stderr
     assert run_cli("check", path).exit_code == 0
-    again = run_cli("prune", path, "--archived-before", "2026-10-05")  # before any of them
+    predicted = run_cli("prune", path, "--archived-before", "2026-10-05", "--dry-run", "--json")
+    assert predicted.exit_code == 0, predicted
+    assert "would first finish the prune interrupted earlier" in predicted.stderr
+    again = run_cli("prune", path, "--archived-before", "2026-10-05", "--json")
     assert again.exit_code == 0, again
     assert "pruned 0 archived threads" in again.stderr
+    # --json says what this prune finished first, as stderr does: its event's counts, in all
+    report = json.loads(again.stdout)
+    assert report["threads"] == 0 and report["finished_earlier"]["threads"] == 11
+    assert {**json.loads(predicted.stdout), "dry_run": False, "thread_list": None} == report | {
+        "thread_list": None
+    }
     assert (
         "finished the prune interrupted earlier, which pruned 11 archived threads last updated"
         " before 2026-11-01T00:00:00.000Z (4,950 messages"
@@ -539,6 +549,7 @@ def test_an_interrupted_prune_says_what_it_deleted_and_the_next_one_finishes_it(
     assert (threads_left, messages_left) == (0, 0)
     assert (event["threads"], event["messages"]) == (11, 11 * 450)
     assert "finished" not in event and event["archived_before"] == "2026-11-01T00:00:00.000Z"
+    assert report["finished_earlier"] == {k: v for k, v in event.items() if k != "action"}
 
 
 def test_a_prune_locked_out_midway_says_what_it_deleted(tmp_path, run_cli, monkeypatch):

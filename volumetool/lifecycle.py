@@ -205,14 +205,29 @@ def prune_listing(
         yield {field: row[field] for field in PRUNE_FIELDS}
 
 
-def plan_prune(conn: sqlite3.Connection, before: str) -> Deletion:
+def plan_prune(conn: sqlite3.Connection, before: str, not_before: str = "") -> Deletion:
     """What `prune --archived-before` would delete: archived threads last updated before
-    `before`. Call in a snapshot."""
-    _choose(conn, _ARCHIVED_BEFORE, (before,))
+    `before` (and not before `not_before`). Call in a snapshot."""
+    _choose(conn, _ARCHIVED_BEFORE + " AND updated_at >= ?", (before, not_before))
     try:
         return _count(conn)
     finally:
         conn.execute(f"DROP TABLE {_DOOMED}")
+
+
+def predict_prune(conn: sqlite3.Connection, before: str) -> Pruned:
+    """What `prune` would report (`Pruned`, without sizes), a prune killed earlier included:
+    finished first, under its own event, when its `before` is another (`earlier`; the threads
+    it takes are not this prune's), else counted in this prune's. Call in a snapshot."""
+    unfinished = _unfinished_prune(conn)
+    if unfinished is None:
+        return Pruned(plan_prune(conn, before))
+    if unfinished.before == before:
+        return Pruned(_added(unfinished.done, plan_prune(conn, before)))
+    earlier = _added(unfinished.done, plan_prune(conn, unfinished.before))
+    return Pruned(
+        plan_prune(conn, before, not_before=unfinished.before), (unfinished.before, earlier)
+    )
 
 
 # A prune works beside the running agent in short write transactions (`volume.WORK_SECONDS`

@@ -58,7 +58,8 @@ def _deletion_line(verb: str, threads: tuple[str, str], done, memories: str = ""
 @click.option("--vacuum", is_flag=True, help="Then rewrite the file to give the space back.")
 @output_options(
     help_for={
-        "json": "What went (or would go) as one JSON object of counts; with --dry-run, the "
+        "json": "What went (or would go) as one JSON object of counts (`finished_earlier`: "
+        "those of an interrupted prune it finished first, or null); with --dry-run, the "
         "threads too, as its array `thread_list`."
     }
 )
@@ -85,7 +86,7 @@ def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_t
       volumetool prune ./vol --archived-before 90d --dry-run --tsv -n 0 | cut -f 2
       volumetool prune ./vol --archived-before 2026-09-01 --vacuum --json
     """
-    from volumetool.lifecycle import check_before, plan_prune, prune_path
+    from volumetool.lifecycle import check_before, predict_prune, prune_path
     from volumetool.volume import reading
 
     _check_prune_format(output, tablefmt, dry_run)
@@ -93,21 +94,34 @@ def prune(volume, before, dry_run, vacuum, output, tablefmt, limit, wait, busy_t
     document: dict = {"archived_before": before, "dry_run": dry_run}
     if dry_run:
         with reading(volume, busy_timeout) as conn:
-            done = plan_prune(conn, before)
-            _list_prune(conn, before, document | done.thread_counts(), output, tablefmt, limit)
+            pruned = predict_prune(conn, before)
+            document |= _counts(pruned)
+            _list_prune(conn, before, document, output, tablefmt, limit)
         extra = ""
     else:
         pruned = prune_path(volume, before, vacuum, busy_timeout=busy_timeout, wait=wait)
-        done = pruned.done
-        if pruned.earlier:
-            earlier, went = pruned.earlier
-            what = ("archived thread", f"last updated before {earlier}")
-            say(_deletion_line("finished the prune interrupted earlier, which pruned", what, went))
         extra = f"; the file went from {pruned.size:,} to {pruned.shrunk:,} bytes" if vacuum else ""
         if output == "json":
-            render_document(document | done.thread_counts(), sys.stdout)
+            render_document(document | _counts(pruned), sys.stdout)
+    if pruned.earlier:
+        earlier, went = pruned.earlier
+        what = ("archived thread", f"last updated before {earlier}")
+        finished = "would first finish" if dry_run else "finished"
+        which = "which would have pruned" if dry_run else "which pruned"
+        say(_deletion_line(f"{finished} the prune interrupted earlier, {which}", what, went))
     verb = "would prune" if dry_run else "pruned"
-    say(_deletion_line(verb, ("archived thread", f"last updated before {before}"), done) + extra)
+    line = _deletion_line(verb, ("archived thread", f"last updated before {before}"), pruned.done)
+    say(line + extra)
+
+
+def _counts(pruned) -> dict:
+    """A prune's --json counts, and `finished_earlier`: what the interrupted prune with another
+    WHEN that it finished first deleted in all (its event's counts), or null."""
+    earlier = None
+    if pruned.earlier:
+        when, went = pruned.earlier
+        earlier = {"archived_before": when} | went.thread_counts()
+    return pruned.done.thread_counts() | {"finished_earlier": earlier}
 
 
 def _check_prune_format(output: str, tablefmt: str | None, dry_run: bool) -> None:
