@@ -10,6 +10,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from tests.conftest import assert_clean_error
 from tests.support.volumes import VolumeWriter, file_digest, table_dump
 from tests.test_backup import ROOT, VT, run_vt, vt_env
+from tests.test_cli import SIGNALS
 from tests.test_search import damage_search_index
 from tests.test_threads import query
 from volumetool.lifecycle import PRUNE_FIELDS
@@ -614,6 +616,21 @@ def test_a_prune_killed_midway_is_finished_by_the_next_under_its_one_event(tmp_p
 
 # -- erase -------------------------------------------------------------------------------------
 
+# Runs `volumetool erase` with the signal sent to itself as the file's free pages are to be
+# scrubbed (VACUUM): the threads are deleted, committed, and the scrub does not finish.
+SIGNALLED_IN_THE_SCRUB = """
+import os, sys
+from volumetool import lifecycle
+from volumetool.cli import main
+
+def signalled(volume):
+    os.kill(os.getpid(), int(os.environ["SIGNAL"]))
+
+lifecycle.vacuum = signalled
+sys.argv[0] = "volumetool"
+main()
+"""
+
 
 class Agent:
     """The runtime's own connection: no secure_delete, so what it deletes or rewrites stays in
@@ -834,6 +851,7 @@ def test_erase_deletes_every_thread_under_the_key_and_detaches_their_runs(tmp_pa
         "audit_detached": 1,
         "compaction_saved": 0,  # its compactions row holds no estimate (the event's 9 is not it)
         "memories": 1,
+        "finished_earlier": [],  # added: the earlier erases whose scrub this one finished
     }
     agent.conn.close()
 
@@ -970,8 +988,11 @@ def test_an_erase_whose_scrub_could_not_finish_scrubs_when_run_again(tmp_path, r
     assert holds(path, MARKER)  # the rewritten pages wait in the WAL, the old ones in the file
     reader.execute("ROLLBACK")
     again = run_cli("erase", path, "--key", "telegram:ana", "--yes")
-    assert_clean_error(again, 1, "it was erased at")
+    assert again.exit_code == 0, again  # it finished what the earlier erase asked
+    assert "finished the scrub of the erase at" in again.stderr
     assert holds(path, MARKER) == []
+    once_more = run_cli("erase", path, "--key", "telegram:ana", "--yes")  # nothing left to do
+    assert_clean_error(once_more, 1, "it was erased at")
     agent.conn.close()
 
 
@@ -1085,6 +1106,69 @@ def test_repeated_keys_and_prefixes_erase_everything_named_in_one_transaction(tm
     assert "2 memories under 'ana.', 'bob.'" in result.stderr
 
 
+@SIGNALS
+def test_an_erase_run_again_after_its_scrub_was_interrupted_finishes_it_and_exits_0(
+    tmp_path, run_cli, signum, code
+):
+    """The threads deleted, the scrub of free pages interrupted (a real signal), the line said
+    "run the same erase again": that run, finding nothing more under the key, finishes the
+    scrub, says so (with --json too) and exits 0; the one after it has nothing to finish."""
+    path, agent = conversation(tmp_path)
+    agent.conn.close()
+    options = ("--key", "telegram:ana", "--memories-prefix", "ana.", "--yes")
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_IN_THE_SCRUB, "erase", path, *options],
+        env={**vt_env(None), "SIGNAL": str(int(signum))},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == code, done.stderr
+    assert "the file is not scrubbed yet — run the same erase again" in done.stderr
+    [(erased_at, detail)] = query(path, "SELECT ts, detail FROM audit WHERE event = 'erase'")
+    assert json.loads(detail)["scrubbed"] is False
+    dry = run_cli("erase", path, *options, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry
+    again = run_cli("erase", path, *options, "--json")
+    assert again.exit_code == 0, again
+    assert again.stderr.splitlines() == [
+        f"volumetool: finished the scrub of the erase at {erased_at}, which erased 2 threads"
+        " under 'telegram:ana' (25 messages, 1 summary, 1 kept summary) and 1 memory under"
+        " 'ana.'; 1 run and 1 audit event stay, detached",
+        "volumetool: erased nothing more under 'telegram:ana'; the file is scrubbed",
+    ]
+    report = json.loads(again.stdout)
+    assert {**json.loads(dry.stdout), "dry_run": False} == report
+    event = {k: v for k, v in json.loads(detail).items() if k not in ("action", "scrubbed")}
+    assert report["threads"] == 0 and report["finished_earlier"] == [
+        {"erased_at": erased_at, **event}
+    ]
+    assert holds(path, MARKER) == []
+    [(detail,)] = query(path, "SELECT detail FROM audit WHERE event = 'erase'")
+    assert "scrubbed" not in json.loads(detail)  # the event is as a whole erase leaves it
+    assert_clean_error(run_cli("erase", path, *options), 1, "it was erased at")
+
+
+def test_an_erase_run_again_does_not_claim_memories_written_since(tmp_path, run_cli, monkeypatch):
+    """Memories under the prefix written after the interrupted erase are not erased by a run
+    that finds no thread: it finishes the scrub, and says why it exits 1."""
+    from volumetool import lifecycle
+
+    path, agent = conversation(tmp_path)
+    agent.conn.close()
+    vacuum = lifecycle.vacuum
+    monkeypatch.setattr(
+        lifecycle, "vacuum", lambda volume: (_ for _ in ()).throw(KeyboardInterrupt)
+    )
+    options = ("--key", "telegram:ana", "--memories-prefix", "ana.", "--yes")
+    assert run_cli("erase", path, *options).exit_code == 130
+    monkeypatch.setattr(lifecycle, "vacuum", vacuum)
+    assert run_cli("memories", "remember", path, "ana.new", "again").exit_code == 0
+    again = run_cli("erase", path, *options)
+    assert_clean_error(again, 1, "1 memory under 'ana.' written since, not erased")
+    assert holds(path, MARKER) == []
+
+
 def test_a_repeated_key_with_nothing_under_it_erases_the_others_and_exits_1(tmp_path, run_cli):
     path = four_sets(tmp_path)
     result = run_cli("erase", path, "--key", "telegram:ana", "--key", "telegram:nobody", "--yes")
@@ -1139,6 +1223,6 @@ def test_an_interrupt_after_the_delete_committed_says_it_is_committed(
     ) == [(0,)]
     monkeypatch.setattr(lifecycle, "vacuum", vacuum)
     again = run_cli(command, path, *args)
-    assert again.exit_code == (1 if command == "erase" else 0), again
+    assert again.exit_code == 0, again
     if command == "erase":
         assert holds(path, MARKER) == []

@@ -25,7 +25,8 @@ overwrites them: in free pages and in the unused space of pages (every compactio
 rows it folds, every /reset frees pages), in the search index's older segments, and in the WAL.
 So the index is merged down to one segment, the file is rewritten (VACUUM) and the WAL
 truncated. A scrub that cannot finish (killed, or a reader holds the WAL) is finished by
-running the same erase again.
+running the same erase again: the erase event says `"scrubbed": false` until a scrub finishes,
+so that run knows it finished what was asked.
 """
 
 from __future__ import annotations
@@ -59,6 +60,29 @@ _DOOMED = "temp.lifecycle_threads"
 
 
 @dataclass(frozen=True)
+class EarlierErase:
+    """An erase whose rows are deleted but whose scrub did not finish (killed, interrupted, a
+    busy WAL): its audit event, which says `"scrubbed": false` until a scrub finishes."""
+
+    id: int
+    erased_at: str
+    detail: dict
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self.detail.get("keys") or [self.detail.get("key")])
+
+    @property
+    def memories_prefixes(self) -> tuple[str, ...]:
+        named = self.detail.get("memories_prefixes") or [self.detail.get("memories_prefix")]
+        return tuple(prefix for prefix in named if prefix)
+
+    def deletion(self) -> Deletion:
+        """What it deleted, as its event counts it."""
+        return Deletion(**{name: int(self.detail.get(name) or 0) for name in _NO_DELETION.counts()})
+
+
+@dataclass(frozen=True)
 class Deletion:
     """What a prune or an erase deletes (or, dry, would delete), as counts."""
 
@@ -74,10 +98,12 @@ class Deletion:
     memories: int = 0
     # erase: the keys given under which no thread was found (the others were erased)
     absent_keys: tuple[str, ...] = field(default=(), compare=False)
+    # erase: the earlier erases whose scrub did not finish, which this one's scrub finishes
+    scrubbed_earlier: tuple[EarlierErase, ...] = field(default=(), compare=False)
 
     def counts(self) -> dict[str, int]:
         counts = asdict(self)
-        del counts["absent_keys"]
+        del counts["absent_keys"], counts["scrubbed_earlier"]
         return counts
 
     def thread_counts(self) -> dict[str, int]:
@@ -391,11 +417,11 @@ class NothingToErase(ProblemsFound):
     """Exit 1: no thread under the key(s). `erased_at` names the latest earlier erase of one of
     them, if any."""
 
-    def __init__(self, keys: Sequence[str], erased_at: str | None) -> None:
+    def __init__(self, keys: Sequence[str], erased_at: str | None, more: str = "") -> None:
         which = "it was" if len(keys) == 1 else "one of them was"
         where = f"; {which} erased at {erased_at}" if erased_at else ""
         super().__init__(
-            f"no thread under key {_quoted(keys)}{where}",
+            f"no thread under key {_quoted(keys)}{where}{f'; {more}' if more else ''}",
             "list threads with `volumetool sessions --status all --key GLOB`",
         )
         self.erased_at = erased_at
@@ -430,6 +456,33 @@ def _absent(conn: sqlite3.Connection, keys: Sequence[str]) -> tuple[str, ...]:
     )
 
 
+def plan_erase_or_finish(
+    conn: sqlite3.Connection, keys: Sequence[str], memories_prefixes: Sequence[str]
+) -> Deletion:
+    """`plan_erase`, with the earlier erases whose scrub this one finishes
+    (`scrubbed_earlier`). With no thread under any key, an erase that finishes the scrub of
+    an earlier erase of every key has done what was asked: it deletes nothing (zero counts)
+    rather than NothingToErase — unless memories under a prefix were written since, which
+    no erase without a thread takes (NothingToErase, saying so). Call in a snapshot."""
+    earlier = unscrubbed_erases(conn)
+    try:
+        return replace(plan_erase(conn, keys, memories_prefixes), scrubbed_earlier=earlier)
+    except NothingToErase as nothing:
+        named = {key for erase in earlier for key in erase.keys}
+        if not earlier or not set(keys) <= named:
+            raise
+        where, params = _memories_where(memories_prefixes)
+        (since,) = conn.execute(f"SELECT count(*) FROM memories WHERE {where}", params).fetchone()
+        if since:
+            raise NothingToErase(
+                keys,
+                nothing.erased_at,
+                f"{plural(since, 'memory')} under {_quoted(memories_prefixes)} written since,"
+                " not erased: an erase takes memories only with a thread",
+            ) from None
+        return replace(_NO_DELETION, scrubbed_earlier=earlier)
+
+
 def plan_erase(
     conn: sqlite3.Connection, keys: Sequence[str], memories_prefixes: Sequence[str]
 ) -> Deletion:
@@ -461,9 +514,35 @@ def erase_rows(
     audit.record(
         conn,
         "erase",
-        {"action": "erase", **keys_named(keys, memories_prefixes), **done.counts()},
+        {"action": "erase", **keys_named(keys, memories_prefixes), **done.counts()} | _UNSCRUBBED,
     )
     return done
+
+
+# The event of an erase says `"scrubbed": false` until the file is scrubbed: an erase run
+# again after a scrub that did not finish knows it finishes that one.
+_UNSCRUBBED = {"scrubbed": False}
+
+
+def unscrubbed_erases(conn: sqlite3.Connection) -> tuple[EarlierErase, ...]:
+    """The erases whose scrub did not finish, oldest first."""
+    rows = conn.execute(
+        "SELECT id, ts, detail FROM audit WHERE event = 'erase' AND actor = 'volumetool'"
+        " AND json_valid(detail) AND json_extract(detail, '$.scrubbed') = 0 ORDER BY id"
+    )
+    return tuple(EarlierErase(id, ts, json.loads(detail)) for id, ts, detail in rows)
+
+
+def _mark_scrubbed(volume: Volume) -> None:
+    """After a whole scrub: the events of every erase it finished no longer say it did not
+    (the scrub covers the whole file). The WAL, which took the change, is emptied again if
+    it can be (it holds no erased text: the pages were written after the scrub)."""
+    with volume.write() as conn:
+        for earlier in unscrubbed_erases(conn):
+            detail = {k: v for k, v in earlier.detail.items() if k != "scrubbed"}
+            audit.amend(conn, earlier.id, detail)
+    if volume.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        truncate_wal(volume.conn, 0)
 
 
 def vacuum(volume: Volume) -> None:
@@ -532,28 +611,38 @@ def erase(
 ) -> Deletion:
     """The whole erase on a volume opened for writing (with the volume lock): plan, `confirm`
     (which raises to stop), delete in one transaction, scrub. Erasing a key again after an
-    erase whose scrub did not finish (killed, interrupted, a busy WAL) scrubs again, then says
-    there was nothing to erase."""
+    erase whose scrub did not finish (killed, interrupted, a busy WAL) scrubs again: that
+    finishes the earlier erase (zero counts, `scrubbed_earlier` naming it), or, when a key
+    was never erased, says there was nothing to erase."""
     volume.conn.execute("PRAGMA secure_delete = ON")
     volume.conn.execute("PRAGMA journal_size_limit = 0")  # a persistent journal keeps no pages
     try:
         with volume.snapshot() as conn:
-            planned = plan_erase(conn, keys, memories_prefixes)
+            planned = plan_erase_or_finish(conn, keys, memories_prefixes)
     except NothingToErase as nothing:
         if nothing.erased_at:
             scrub(volume)
+            _mark_scrubbed(volume)
         raise
-    confirm(planned)
-    with volume.write() as conn:
-        done = erase_rows(conn, keys, memories_prefixes)
+    if planned.threads:
+        confirm(planned)
+        with volume.write() as conn:
+            done = replace(
+                erase_rows(conn, keys, memories_prefixes), scrubbed_earlier=planned.scrubbed_earlier
+            )
+        what = f"erased {plural(done.threads, 'thread')} under {_quoted(keys)}"
+    else:
+        done = planned
+        what = f"the threads under {_quoted(keys)} were erased earlier"
     with _after_commit(
         volume,
-        f"erased {plural(done.threads, 'thread')} under {_quoted(keys)}",
+        what,
         "the file is not scrubbed yet",
         "run the same erase again to scrub (the erased text may remain in free space or"
         " the WAL until then)",
     ):
         scrub(volume)
+        _mark_scrubbed(volume)
     return done
 
 

@@ -674,8 +674,9 @@ class Erase(KillPath):
         return lifecycle_state(directory / "agent.db")
 
     def recover(self, directory: Path) -> subprocess.CompletedProcess:
-        """Erase again: it erases (killed before the commit) or, finding nothing under the key
-        after an erase, scrubs again (exit 1). Either way no byte may hold the marker after."""
+        """Erase again: it erases (killed before the commit), finishes the scrub of the erase
+        killed after its commit (exit 0), or, finding nothing under the key after a whole
+        erase, scrubs again (exit 1). Either way no byte may hold the marker after."""
         done = super().recover(directory)
         if done.returncode == 1 and "it was erased at" in done.stderr:
             done.returncode = 0

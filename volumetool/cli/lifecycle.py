@@ -189,7 +189,9 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
     --memories-prefix may be repeated: everything named is erased in one transaction. Runs
     and audit events stay, detached; one audit `erase` event names the keys and counts what
     went, never what it said. Asks first unless --yes (no answer: nothing is erased). Exit 1
-    when no thread is under a KEY (those under the others are erased).
+    when no thread is under a KEY (those under the others are erased). A scrub that did not
+    finish (interrupted, a busy WAL) is finished by running the same erase again, which then
+    says so and exits 0.
 
     \b
     Example:
@@ -197,17 +199,17 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
       volumetool erase ./vol --key 'telegram:5531918843' --key 'discord:88' --yes
     """
     from volumetool.errors import ProblemsFound
-    from volumetool.lifecycle import check_prefixes, erase_path, keys_named, plan_erase
+    from volumetool.lifecycle import check_prefixes, erase_path, keys_named, plan_erase_or_finish
     from volumetool.volume import reading
 
     keys = tuple(dict.fromkeys(keys))
     memories_prefixes = check_prefixes(memories_prefixes)
     threads = ("thread", f"under {_quoted(keys)}")
 
-    def memories(done) -> str:
-        if not memories_prefixes:
+    def memories(done, prefixes=memories_prefixes) -> str:
+        if not prefixes:
             return ""
-        return f" and {plural(done.memories, 'memory')} under {_quoted(memories_prefixes)}"
+        return f" and {plural(done.memories, 'memory')} under {_quoted(prefixes)}"
 
     def confirm(planned) -> None:
         if not yes:
@@ -216,7 +218,7 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
 
     if dry_run:
         with reading(volume, busy_timeout) as conn:
-            done = plan_erase(conn, keys, memories_prefixes)
+            done = plan_erase_or_finish(conn, keys, memories_prefixes)
     else:
         done = erase_path(
             volume, keys, memories_prefixes, confirm, busy_timeout=busy_timeout, wait=wait
@@ -224,15 +226,37 @@ def erase(volume, keys, memories_prefixes, dry_run, yes, as_json, wait, busy_tim
     if as_json:
         document = keys_named(keys, memories_prefixes) | {"dry_run": dry_run}
         document |= {"absent_keys": list(done.absent_keys)} if len(keys) > 1 else {}
-        click.echo(json.dumps(document | done.counts(), indent=2, ensure_ascii=False))
+        document |= done.counts() | {"finished_earlier": _finished(done)}
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    for earlier in done.scrubbed_earlier:
+        finished = "would finish" if dry_run else "finished"
+        what = ("thread", f"under {_quoted(earlier.keys)}")
+        went = earlier.deletion()
+        erased = _deletion_line("erased", what, went, memories(went, earlier.memories_prefixes))
+        say(f"{finished} the scrub of the erase at {earlier.erased_at}, which {erased}")
+    scrubbed = "" if dry_run else "; the file is scrubbed"
+    if not done.threads:  # it finished the scrub of earlier erases of every key
+        say(
+            f"{'would erase' if dry_run else 'erased'} nothing more under {_quoted(keys)}{scrubbed}"
+        )
+        return
     verb = "would erase" if dry_run else "erased"
-    line = _deletion_line(verb, threads, done, memories(done))
-    say(line + ("" if dry_run else "; the file is scrubbed"))
+    say(_deletion_line(verb, threads, done, memories(done)) + scrubbed)
     if done.absent_keys:
         raise ProblemsFound(
             f"no thread under key {_quoted(done.absent_keys)}",
             "list threads with `volumetool sessions --status all --key GLOB`",
         )
+
+
+def _finished(done) -> list[dict]:
+    """erase --json's `finished_earlier`: the earlier erases whose scrub this one finished,
+    each as its audit event names and counts it, with `erased_at`."""
+    return [
+        {"erased_at": earlier.erased_at}
+        | {k: v for k, v in earlier.detail.items() if k not in ("action", "scrubbed")}
+        for earlier in done.scrubbed_earlier
+    ]
 
 
 def _quoted(texts) -> str:
