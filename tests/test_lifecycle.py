@@ -1165,7 +1165,11 @@ def test_an_erase_run_again_does_not_claim_memories_written_since(tmp_path, run_
     monkeypatch.setattr(lifecycle, "vacuum", vacuum)
     assert run_cli("memories", "remember", path, "ana.new", "again").exit_code == 0
     again = run_cli("erase", path, *options)
-    assert_clean_error(again, 1, "1 memory under 'ana.' written since, not erased")
+    assert_clean_error(
+        again,
+        1,
+        "the scrub it left unfinished is done; not erased: 1 memory under 'ana.' written since",
+    )
     assert holds(path, MARKER) == []
 
 

@@ -477,8 +477,10 @@ def plan_erase_or_finish(
             raise NothingToErase(
                 keys,
                 nothing.erased_at,
-                f"{plural(since, 'memory')} under {_quoted(memories_prefixes)} written since,"
-                " not erased: an erase takes memories only with a thread",
+                # shown once the scrub finished (an error of the scrub replaces it)
+                f"the scrub it left unfinished is done; not erased: {plural(since, 'memory')}"
+                f" under {_quoted(memories_prefixes)} written since (an erase takes memories"
+                " only with a thread)",
             ) from None
         return replace(_NO_DELETION, scrubbed_earlier=earlier)
 
