@@ -13,7 +13,7 @@ import click
 
 from volumetool import VOLUME_ENV
 from volumetool.cli.docs import Documented
-from volumetool.errors import UnusableInput
+from volumetool.errors import ProblemsFound, UnusableInput
 from volumetool.render import Listing, OutputFormat, render
 
 DEFAULT_LIMIT = 100
@@ -334,7 +334,6 @@ def ask(question: str) -> None:
     """Ask on stderr whether to go on; stop (exit 1, "nothing was changed") unless the answer
     is yes. No answer is no: stdin at its end, or closed (a job started with no stdin at all).
     The prompt's line is ended, so the error line stands on its own."""
-    from volumetool.errors import ProblemsFound
     from volumetool.text import escape_control
 
     question = escape_control(question)  # it names a key or a path
