@@ -5,13 +5,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
+import yaml
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from tests.conftest import assert_clean_error
+from tests.conftest import assert_clean_error, examples
 from tests.support.volumes import table_dump
 from volumetool import demo
+from volumetool.config import Loader, check_source, load_config
+from volumetool.config.secret import SECRET_VALUE
 from volumetool.errors import UnusableInput
 
 
@@ -229,3 +237,75 @@ def test_demo_and_init_refuse_a_blank_name(tmp_path, run_cli, name):
         result = run_cli(command, tmp_path / f"{command}.db", "--name", name)
         assert_clean_error(result, 2, "--name", "blank")
         assert list(tmp_path.iterdir()) == []
+
+
+# Names the YAML would read as something else when written as they are: a mapping, a comment,
+# a sequence, flow collections, quotes, an alias, an anchor, a tag, reserved indicators, a
+# YAML 1.1 boolean or number, a second line, and line breaks the emitter must escape.
+YAML_SPECIAL_NAMES = [
+    "a: b",
+    "#1 bot",
+    "bot # ops",
+    "- bot",
+    "[bot",
+    "{bot}",
+    "'bot",
+    '"bot"',
+    "*bot",
+    "&bot",
+    "!bot",
+    "%bot",
+    "@bot",
+    "`bot",
+    "|",
+    ">",
+    "yes",
+    "~",
+    "0x1F",
+    "1:20",
+    " bot ",
+    "ops\nbot",
+    "ops\x85bot",
+    "ops\u2028bot",
+    "bot\x1b[31m",
+    "café ☕",
+]
+
+
+@pytest.mark.parametrize("name", YAML_SPECIAL_NAMES)
+def test_the_demo_config_holds_any_name_as_it_was_given(tmp_path, run_cli, name):
+    config = tmp_path / "agent.yaml"
+    result = run_cli("demo", tmp_path / "agent.db", "--name", name, "--config-out", config)
+    assert result.exit_code == 0, result
+    assert yaml.load(config.read_bytes(), Loader=Loader)["name"] == name
+    load_config(str(config))
+    assert run_cli("validate", config, "--strict").exit_code == 0
+    conn = sqlite3.connect(tmp_path / "agent.db")
+    assert conn.execute("SELECT value FROM identity WHERE key = 'name'").fetchone() == (name,)
+    conn.close()
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1))
+@settings(max_examples=examples(300))
+def test_the_demo_config_round_trips_every_name(name):
+    assume(name.strip() and not SECRET_VALUE.search(name))
+    text = demo.agent_config(1, name)
+    assert yaml.load(text, Loader=Loader)["name"] == name
+    findings, config = check_source(text.encode(), "agent.yaml")
+    assert findings == [] and config is not None
+
+
+def test_the_demo_config_is_utf8_whatever_the_locale(tmp_path):
+    """Under an ASCII locale (LC_ALL=C, no UTF-8 mode) the file was written in the locale's
+    encoding: a name such as 'café' failed with a traceback, after the volume was made."""
+    probe = (
+        "import sys; from pathlib import Path; from volumetool import demo; "
+        "demo.build(Path(sys.argv[1]), 1, 1, 'caf\\u00e9', demo.config_target(sys.argv[2]))"
+    )
+    env = {**os.environ, "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    config = tmp_path / "agent.yaml"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run(
+        [sys.executable, "-c", probe, tmp_path / "agent.db", config], env=env, cwd=root, check=True
+    )
+    assert yaml.load(config.read_bytes(), Loader=Loader)["name"] == "café"

@@ -848,7 +848,7 @@ def fill(conn: sqlite3.Connection, threads: int, seed: int) -> DemoCounts:
 
 AGENT_CONFIG = """\
 # Agent config written by `volumetool demo` (seed {seed}); check it with `volumetool validate`.
-name: {name}
+{name_entry}
 purpose: >
   Ops assistant for the platform team: answers questions about services, runs read-only
   checks, files issues, and remembers people's preferences.
@@ -868,8 +868,28 @@ memory:
 def agent_config(seed: int, name: str) -> str:
     """The agent YAML that matches a demo volume."""
     return AGENT_CONFIG.format(
-        seed=seed, name=name, main=MAIN_MODEL, small=SMALL_MODEL, threshold=THRESHOLD
+        seed=seed,
+        name_entry=yaml_entry("name", name),
+        main=MAIN_MODEL,
+        small=SMALL_MODEL,
+        threshold=THRESHOLD,
     )
+
+
+def yaml_entry(key: str, value: str) -> str:
+    """`key: value` as an entry of a top-level YAML mapping, written by the YAML emitter: any
+    text (`a: b`, `#1`, `- x`, `yes`, a line break) loads back as itself."""
+    import yaml
+
+    from volumetool.config import Loader
+
+    entry = {key: value}
+    text = yaml.safe_dump(entry, allow_unicode=True, width=2**31)
+    if yaml.load(text, Loader=Loader) != entry:
+        # PyYAML's emitter writes some line breaks (U+0085) raw inside quotes, where they
+        # fold; double quotes escape them.
+        text = yaml.safe_dump(entry, allow_unicode=True, width=2**31, default_style='"')
+    return text.removesuffix("\n")
 
 
 def config_target(name: str) -> OutputTarget:
@@ -913,7 +933,7 @@ def build(
                     out.write(agent_config(seed, name).encode())
             else:
                 with config.staged() as tmp:
-                    tmp.write_text(agent_config(seed, name))
+                    tmp.write_text(agent_config(seed, name), encoding="utf-8")
                     create_volume(path, name, filler, created_at=created)
                     made = True
         except BaseException:
