@@ -691,6 +691,33 @@ def test_a_prompt_file_must_be_readable_utf8(run_cli, volume, server, tmp_path, 
     assert server.requests == []
 
 
+@pytest.mark.parametrize("env", [{}, {"VOLUMETOOL_PROMPT_FILE": "-"}])
+def test_config_and_prompt_file_cannot_both_read_stdin(run_cli, volume, server, monkeypatch, env):
+    """The second reader would get nothing ("the prompt file is empty"): a usage error, before
+    either is read or the volume is touched."""
+    import volumetool.config
+    import volumetool.config.document
+
+    reads = []
+    for module in (volumetool.config, volumetool.config.document):
+        monkeypatch.setattr(module, "read_source", lambda *args: reads.append(args))
+    before = table_dump(volume["path"])
+    args = [] if env else ["--prompt-file", "-"]
+    result = run_cli(
+        "compact",
+        volume["path"],
+        "--config",
+        "-",
+        *args,
+        input=volume["config"].read_text(),
+        env={"TEST_MODEL_KEY": KEY, **env},
+    )
+    assert_clean_error(result, 2, "stdin can be read by only one of --config and --prompt-file")
+    assert reads == [] and server.requests == []
+    assert table_dump(volume["path"]) == before
+    assert not volume["path"].with_name("agent.db.volumetool-lock").exists()
+
+
 def test_a_prompt_file_is_read_no_further_than_1_mib(run_cli, volume, server, tmp_path):
     """/dev/zero (or a runaway pipe) named as the prompt took gigabytes before: at most 1 MiB
     is read, as for a config file, and more is exit 2 before anything is sent. (A file just

@@ -15,6 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import assert_clean_error
 from tests.support import docs
 from volumetool.config import RULES, Loader, _Checker, check_source
 from volumetool.settings import base_url_problem
@@ -308,6 +309,12 @@ def test_stdin_with_a_filename(run_cli):
     )
     assert result.exit_code == 1
     assert result.stdout.startswith("agents/bot.yaml:2:10: error:")
+
+
+def test_stdin_named_twice_is_a_usage_error(run_cli, configs):
+    """The second `-` would read nothing and report an empty file that is not there."""
+    result = run_cli("validate", "-", configs / "good.yaml", "-", input=GOOD)
+    assert_clean_error(result, 2, "stdin can be read only once")
 
 
 def test_json_format(configs, run_cli):

@@ -18,6 +18,7 @@ from volumetool.cli.options import (
     say,
     shard_option,
     shard_volumes,
+    stdin_once,
     volumes_argument,
     wait_option,
 )
@@ -242,6 +243,7 @@ def compact(
           --metrics-file /var/lib/node_exporter/textfile/volumetool-compact-0.prom
     """
     only_one([flag for flag, on in (("--json", as_json), ("--nl", as_nl)) if on])
+    stdin_once([("--config", config_file), ("--prompt-file", prompt_file)])
     output = "json" if as_json else "nl" if as_nl else None
     from volumetool.compaction.run import OUTCOME_FIELDS, Request
     from volumetool.compaction.run import compact as run

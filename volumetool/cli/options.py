@@ -443,6 +443,17 @@ def only_one(given: Sequence[str]) -> None:
         raise click.UsageError(f"{', '.join(given[:-1])} and {given[-1]} exclude each other")
 
 
+def stdin_once(files: Sequence[tuple[str, str | None]]) -> None:
+    """A usage error when more than one of these (option, file) pairs is `-`: stdin can be read
+    only once, and the second would read nothing. Checked before either is read."""
+    dashes = [option for option, file in files if file == "-"]
+    if len(dashes) > 1:
+        raise click.UsageError(
+            f"stdin can be read by only one of {', '.join(dashes[:-1])} and {dashes[-1]}; "
+            "give the other a file"
+        )
+
+
 def format_given() -> bool:
     """Whether the command line named a listing format (--table/--json/--nl/--csv/--tsv)."""
     return bool(click.get_current_context().meta.get(_FORMAT_GIVEN))

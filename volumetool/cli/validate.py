@@ -63,6 +63,8 @@ def validate(paths, fmt, strict, stdin_filename, max_bytes, only_agent_configs, 
         return
     if not paths:
         raise click.UsageError("give at least one PATH (a file, a directory, or - for stdin)")
+    if paths.count("-") > 1:
+        raise click.UsageError("- (stdin) is given more than once; stdin can be read only once")
     from volumetool.config import DEFAULT_MAX_BYTES
     from volumetool.validation import WRITERS, check_paths
 
