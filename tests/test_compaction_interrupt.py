@@ -320,3 +320,33 @@ def test_ctrl_c_while_the_folds_facts_are_still_read_keeps_what_the_call_cost(mo
     if answer != "summary":  # it waits for the reading to end, and Ctrl-C again stops that
         with pytest.raises(asyncio.CancelledError):
             asyncio.run(scenario(2))
+
+
+def test_a_write_under_way_at_ctrl_c_keeps_its_outcome(monkeypatch):
+    """Ctrl-C while an ending is written in its thread: the write finishes there (it cannot be
+    stopped), and its outcome is the thread's result row, not lost."""
+    from volumetool.compaction import run
+
+    started, release = threading.Event(), threading.Event()
+    written = SimpleNamespace(status="compacted", unrecorded=None)
+
+    def finish(job, ending):
+        started.set()
+        release.wait(5)
+        return written
+
+    job = SimpleNamespace(volume=SimpleNamespace(path="agent.db"))
+
+    async def scenario():
+        writes = run._Writes()
+        writes.planned.set()
+        task = asyncio.ensure_future(writes.write(job, SimpleNamespace(failure=None)))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        return await task
+
+    monkeypatch.setattr(run, "finish", finish)
+    assert asyncio.run(scenario()) is written

@@ -711,9 +711,14 @@ class _Writes:
             async with self.turn:
                 await self.give_way(job.volume)  # one on this volume was written meanwhile
                 under_way = True
-                return self.kept(job, await self.finish(job, ending))
+                writing = asyncio.ensure_future(self.finish(job, ending))
+                try:
+                    return self.kept(job, await asyncio.shield(writing))
+                except asyncio.CancelledError:
+                    # Ctrl-C while it is written in its thread: its outcome is what was written.
+                    return self.kept(job, await writing)
         except asyncio.CancelledError:
-            # Written in its thread, or the ending of a call Ctrl-C stopped (Ctrl-C twice): stop.
+            # Ctrl-C twice: while written in its thread, or the ending of a call Ctrl-C stopped.
             if under_way or ending.failure in (INTERRUPTED, INTERRUPTED_AFTER):
                 raise
             await self.planned.wait()
