@@ -9,8 +9,10 @@ line that says so. The threads whose calls had not started are left as they were
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,7 +24,7 @@ import pytest
 from tests.support.fixtures import KEY, write_config
 from tests.support.volumes import VolumeWriter, due_thread, rows, table_dump
 from tests.test_cli import SIGNALS, wait_for
-from volumetool.compaction.run import INTERRUPTED, INTERRUPTED_AFTER
+from volumetool.compaction.run import INTERRUPTED, INTERRUPTED_AFTER, NOT_STARTED
 from volumetool.errors import Interrupted
 
 
@@ -145,7 +147,8 @@ def test_an_interrupt_while_waiting_for_a_volume_lock_starts_nothing_more(
     tmp_path, server, signum, code
 ):
     """`compact ./a ./b --wait 60` while another volumetool holds ./a: Ctrl-C (or SIGTERM)
-    during the wait ends the run there; ./b is not compacted, no call is made."""
+    during the wait ends the run there; ./b is not compacted, no call is made, and the line
+    says that neither volume was finished."""
     from tests.test_cli import holds_open
     from volumetool.volume import lock_path, volume_lock
 
@@ -162,7 +165,10 @@ def test_an_interrupt_while_waiting_for_a_volume_lock_starts_nothing_more(
         wait_for(lambda: holds_open(proc.pid, lock_path(paths[0])), proc)
         exit_code, err = interrupt(proc, signum)
     assert exit_code == code, err
-    assert err.splitlines() == [f"volumetool: {paths[0]}: interrupted; nothing was written"]
+    assert err.splitlines() == [
+        f"volumetool: {paths[0]}: interrupted; nothing was written; finished: none;"
+        f" not finished: 2 ({paths[0]}, {paths[1]})"
+    ]
     assert server.requests == [] and table_dump(paths[1]) == before
 
 
@@ -320,6 +326,203 @@ def test_ctrl_c_while_the_folds_facts_are_still_read_keeps_what_the_call_cost(mo
     if answer != "summary":  # it waits for the reading to end, and Ctrl-C again stops that
         with pytest.raises(asyncio.CancelledError):
             asyncio.run(scenario(2))
+
+
+# -- what an interrupted pass prints (SPEC 13: every signal says what happened) -------------
+
+
+def hold_from(server, n: int) -> threading.Event:
+    """The server answers the first n-1 requests and holds the others until the event is set."""
+    release = threading.Event()
+
+    def hold(body):
+        if len(server.requests) >= n:
+            release.wait(120)
+
+    server.on_request = hold
+    return release
+
+
+def read_lines(proc: subprocess.Popen) -> tuple[list[bytes], threading.Thread]:
+    """The lines of the process's stdout, read as they come, and the thread reading them (it
+    ends with the process's stdout)."""
+    lines: list[bytes] = []
+
+    def read() -> None:
+        for line in iter(proc.stdout.readline, b""):
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return lines, reader
+
+
+def ok_runs(path) -> list[tuple]:
+    return [r for r in compaction_runs(path) if r[1] == "ok"]
+
+
+def parse_rows(output: str, out: bytes) -> list[dict]:
+    if output == "--json":
+        return json.loads(out)
+    return [json.loads(line) for line in out.splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("output", "signum", "code"),
+    [(None, signal.SIGINT, 130), ("--json", signal.SIGTERM, 143), ("--nl", signal.SIGTERM, 143)],
+    ids=["lines-SIGINT", "json-SIGTERM", "nl-SIGTERM"],
+)
+def test_an_interrupted_pass_shows_the_rows_it_decided(tmp_path, server, output, signum, code):
+    """Two threads compacted and committed, one thread's call under way, one not started, one
+    skipped while planning: the signal stops the pass, and its results still say all of it,
+    in the chosen format (`--json` a whole array); the threads the signal stopped carry reason
+    `interrupted`, and no thread not compacted reads as compacted."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    sessions = {key: due_thread(w, key) for key in ("discord:0", "discord:1", "discord:2")}
+    sessions["small"] = due_thread(w, "small", turns=3)  # nothing worth folding
+    sessions["discord:3"] = due_thread(w, "discord:3")
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    release = hold_from(server, 3)
+    proc = start_compact(w.path, config, "--concurrency", "1", *[output] * bool(output))
+    wait_for(lambda: len(server.requests) == 3 and len(ok_runs(w.path)) == 2, proc)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    release.set()
+    assert proc.returncode == code, err
+    assert err.decode().splitlines() == [
+        "volumetool: interrupted; the 1 model call under way is recorded as a failed run"
+        " (the provider may bill them); what was committed before stays"
+    ]
+    runs = {r[0]: r for r in compaction_runs(w.path)}
+    if output is None:  # one line a thread: "VOLUME KEY: what became of it"
+        lines = dict(
+            line.removeprefix(f"{w.path} ").split(": ", 1) for line in out.decode().splitlines()
+        )
+        assert sorted(lines) == sorted(sessions)
+        compacted = sorted(k for k, line in lines.items() if line.startswith("compacted "))
+        assert lines["small"].startswith("skipped: nothing worth folding")
+        stopped = sorted(line for line in lines.values() if "(interrupted)" in line)
+        assert [line.split(" (run ")[0] for line in stopped] == [
+            f"failed (interrupted): {INTERRUPTED}",
+            f"skipped (interrupted): {NOT_STARTED}",
+        ]
+    else:
+        rows = {row["conversation_key"]: row for row in parse_rows(output, out)}
+        assert sorted(rows) == sorted(sessions)
+        compacted = sorted(k for k, row in rows.items() if row["status"] == "compacted")
+        for key in compacted:
+            assert rows[key]["run_id"] is not None and rows[key]["reason"] is None
+        assert (rows["small"]["status"], rows["small"]["reason"]) == ("skipped", None)
+        stopped = [row for row in rows.values() if row["reason"] == "interrupted"]
+        assert sorted((r["status"], r["error"]) for r in stopped) == [
+            ("failed", INTERRUPTED),
+            ("skipped", NOT_STARTED),
+        ]
+        [failed] = [r for r in stopped if r["status"] == "failed"]
+        assert runs[failed["session_id"]][1:] == ("error", None, None, INTERRUPTED)
+    # What reads as compacted is what was committed: two threads, no other.
+    assert compacted == sorted(k for k, s in sessions.items() if s in runs and runs[s][1] == "ok")
+    assert len(compacted) == 2
+
+
+def test_nl_writes_each_row_as_soon_as_its_thread_is_done(tmp_path, server):
+    """`--nl >> compact.jsonl` from cron: a thread's row is in the log once it is done, not at
+    the end of the pass, so a job killed later (SIGKILL: nothing runs after it) has them."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    for n in range(3):
+        due_thread(w, f"discord:{n}")
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    release = hold_from(server, 3)
+    proc = start_compact(w.path, config, "--concurrency", "1", "--nl")
+    lines, _ = read_lines(proc)
+    wait_for(lambda: len(lines) == 2, proc)  # while the third thread's call is held
+    proc.kill()
+    proc.wait(timeout=60)
+    release.set()
+    rows = [json.loads(line) for line in lines]
+    assert [row["status"] for row in rows] == ["compacted", "compacted"]
+    assert sorted(row["run_id"] for row in rows) == sorted(
+        r["id"] for r in dict_rows(w.path, "SELECT id FROM runs WHERE status = 'ok'")
+    )
+
+
+def dict_rows(path, sql: str) -> list[dict]:
+    con = sqlite3.connect(path)
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute(sql + " AND trigger = 'compaction'")]
+    finally:
+        con.close()
+
+
+@SIGNALS
+def test_an_interrupted_pass_over_many_volumes_says_which_were_finished(
+    tmp_path, server, signum, code
+):
+    """`compact a b c`: a's threads compacted, b's call under way, c's not started when the
+    signal comes. The line says so, as migrate's does; the rows say what became of each."""
+    paths = []
+    for name, threads in (("a", 2), ("b", 1), ("c", 1)):
+        w = VolumeWriter(tmp_path / f"{name}.db")
+        for n in range(threads):
+            due_thread(w, f"{name}:{n}")
+        w.close()
+        paths.append(w.path)
+    config = write_config(tmp_path / "agent.yaml", server)
+    release = hold_from(server, 3)
+    proc = start_compact(paths[0], config, *paths[1:], "--concurrency", "1", "--nl")
+    lines, reader = read_lines(proc)
+    wait_for(lambda: len(lines) == 2 and len(server.requests) == 3, proc)
+    proc.send_signal(signum)
+    proc.wait(timeout=60)
+    reader.join()
+    release.set()
+    err = proc.stderr.read().decode()
+    assert proc.returncode == code, err
+    assert err.splitlines() == [
+        "volumetool: interrupted; the 1 model call under way is recorded as a failed run"
+        " (the provider may bill them); what was committed before stays;"
+        f" finished: 1 ({paths[0]}); not finished: 2 ({paths[1]}, {paths[2]})"
+    ]
+    rows = [json.loads(line) for line in lines]
+    assert [(r["conversation_key"], r["status"], r["reason"]) for r in rows] == [
+        ("a:0", "compacted", None),
+        ("a:1", "compacted", None),
+        ("c:0", "skipped", "interrupted"),
+        ("b:0", "failed", "interrupted"),
+    ]
+
+
+def test_an_interrupted_pass_writes_its_metrics_and_keeps_the_last_success(tmp_path, server):
+    """The metrics file says what the interrupted pass did (what it compacted, what its calls
+    cost) and, as for any pass that did not end with exit 0, keeps the last success."""
+    from tests.test_fleet import samples
+    from volumetool.metrics import compaction_metrics
+
+    w = VolumeWriter(tmp_path / "agent.db")
+    for n in range(3):
+        due_thread(w, f"discord:{n}")
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    target = tmp_path / "volumetool-compact.prom"
+    target.write_text(compaction_metrics([], 1.0, finished_at=1_780_000_000.0, succeeded=True))
+    release = hold_from(server, 2)
+    proc = start_compact(w.path, config, "--concurrency", "1", "--metrics-file", str(target))
+    wait_for(lambda: len(server.requests) == 2 and len(ok_runs(w.path)) == 1, proc)
+    code, err = interrupt(proc, signal.SIGTERM)
+    release.set()
+    assert code == 143, err
+    found = samples(target.read_text())
+    assert found["volumetool_compact_last_success_timestamp_seconds", ()] == 1_780_000_000.0
+    by_status = {
+        dict(labels)["status"]: n
+        for (name, labels), n in found.items()
+        if name == "volumetool_compact_threads"
+    }
+    assert by_status == {"compacted": 1, "failed": 1, "skipped": 1, "conflict": 0}
+    assert found["volumetool_compact_model_input_tokens", ()] == server.usage["input"]
 
 
 def test_a_write_under_way_at_ctrl_c_keeps_its_outcome(monkeypatch):

@@ -711,6 +711,34 @@ def test_every_outcome_is_reported_as_it_is_done(server, tmp_path):
     assert [o.status for o in seen] == ["compacted"] * 3
 
 
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_every_outcome_is_reported_as_it_is_decided(server, tmp_path, dry_run):
+    """on_done gets each thread's outcome as it is done (a --dry-run's as it is planned),
+    on_skipped each thread or volume the pass leaves as soon as that is decided: between
+    them every outcome the run returns, each once (--nl writes them as they come; after
+    Ctrl-C they are what the pass had decided)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "k0")
+    due_thread(w, "small", turns=3)  # nothing worth folding
+    due_thread(w, "k1")
+    w.close()
+    done, skipped = [], []
+    outcomes, code = compact(
+        [str(w.path), str(tmp_path / "missing.db")],
+        request(server, dry_run=dry_run),
+        on_done=done.append,
+        on_skipped=skipped.append,
+    )
+    assert code == 2  # the missing volume
+    assert sorted(map(id, done + skipped)) == sorted(map(id, outcomes))
+    assert sorted(o.conversation_key or "" for o in skipped) == ["", "small"]
+    expected = "would_compact" if dry_run else "compacted"
+    assert sorted((o.conversation_key, o.status) for o in done) == [
+        ("k0", expected),
+        ("k1", expected),
+    ]
+
+
 def test_the_first_calls_go_out_before_the_last_thread_is_planned(server, tmp_path, monkeypatch):
     """Calls start as jobs are planned (run.summarize_all): a cron pass over thousands of
     threads does not wait for the last of them to be read before its first call."""

@@ -7,7 +7,7 @@ nothing of the CLI, and the group turns them into one line on stderr and the exi
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -81,6 +81,21 @@ class Interrupted(VolumetoolError):
     @property
     def exit_code(self) -> int:  # type: ignore[override]
         return 128 + int(Interrupted.by)
+
+    @classmethod
+    def between_volumes(
+        cls, exc: BaseException, finished: Sequence[str], rest: Sequence[str]
+    ) -> Interrupted:
+        """`exc` (Ctrl-C, SIGTERM, or the Interrupted it became) of a command over several
+        volumes: its line goes on to say which volumes were finished and which were not
+        (SPEC 13)."""
+        what = exc.message if isinstance(exc, Interrupted) else "interrupted"
+        hint = exc.hint if isinstance(exc, Interrupted) else None
+        return cls(f"{what}; finished: {_counted(finished)}; not finished: {_counted(rest)}", hint)
+
+
+def _counted(arguments: Sequence[str]) -> str:
+    return f"{len(arguments)} ({', '.join(arguments)})" if arguments else "none"
 
 
 class UntrustedSchemaWarning(UserWarning):

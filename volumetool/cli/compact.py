@@ -176,7 +176,12 @@ def tuning_options(f):
 @wait_option(**from_env("--wait"))
 @busy_timeout_option(**from_env("--busy-timeout"))
 @click.option("--json", "as_json", is_flag=True, help="Results as one JSON array.")
-@click.option("--nl", "as_nl", is_flag=True, help="Results as JSON, one object a line.")
+@click.option(
+    "--nl",
+    "as_nl",
+    is_flag=True,
+    help="Results as JSON, one object a line, each as soon as its thread is done.",
+)
 def compact(
     volumes,
     config_file,
@@ -234,6 +239,12 @@ def compact(
     and 3 (needs migrate) as everywhere; 130 and 143 when interrupted. The most serious
     outcome is the exit code: 143, 130, 2, 3, 1, then 4.
 
+    Ctrl-C or SIGTERM (`timeout`) stops the pass: the calls under way are recorded as failed
+    runs, no other starts, and the results still list every thread the pass had decided, in
+    the chosen format, reason `interrupted` on each it stopped (`failed`: its call was under
+    way; `skipped`: it had not started); then one line says what is committed and, of several
+    volumes, which were finished. The --metrics-file is written too (the last success kept).
+
     \b
     Example:
       volumetool compact ./vol --config agent.yaml --dry-run
@@ -245,9 +256,10 @@ def compact(
     only_one([flag for flag, on in (("--json", as_json), ("--nl", as_nl)) if on])
     stdin_once([("--config", config_file), ("--prompt-file", prompt_file)])
     output = "json" if as_json else "nl" if as_nl else None
-    from volumetool.compaction.run import OUTCOME_FIELDS, Request
+    from volumetool.compaction.run import Request
     from volumetool.compaction.run import compact as run
     from volumetool.config import load_config
+    from volumetool.errors import Interrupted
     from volumetool.settings import AgentConfig, MemorySettings
 
     config = (
@@ -276,6 +288,7 @@ def compact(
     metrics = _metrics_destination(metrics_file, dry_run)
     started = time.monotonic()
     show_progress = sys.stderr.isatty() and not dry_run
+    results = _Results(output)
     with contextlib.ExitStack() as stack:
         # The bar exists once planning knows how many threads there are; calls start before
         # that, so it starts from the threads already done.
@@ -291,23 +304,69 @@ def compact(
             finished.append(outcome)
             for bar in bars:
                 bar.update(1)
+            results.decided(outcome)
 
-        outcomes, code = run(
-            shard_volumes(volumes, shard), request, on_planned=planned, on_done=done
-        )
-    if output:
-        from volumetool.cli.options import emit
-
-        emit((o.as_dict() for o in outcomes), OUTCOME_FIELDS, output, None)
-    else:
-        for outcome in outcomes:
-            click.echo(outcome.line())
+        try:
+            outcomes, code = run(
+                shard_volumes(volumes, shard),
+                request,
+                on_planned=planned,
+                on_done=done,
+                on_skipped=results.decided,
+            )
+        except Interrupted as exc:
+            # What the pass decided before the signal is shown, as the results of a whole
+            # pass are; then the interrupt's line (it says what is committed), 130 or 143.
+            stack.close()  # the bar ends before the results
+            results.show(results.seen)
+            _record(metrics, results.seen, time.monotonic() - started, exc.exit_code, shard)
+            raise
+    results.show(outcomes)
     counts: dict[str, int] = {}
     for outcome in outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     say(summary or "nothing due")
     sys.exit(_record(metrics, outcomes, time.monotonic() - started, code, shard))
+
+
+class _Results:
+    """The result rows of a pass: --nl writes each as soon as it is decided (flushed, so that a
+    job killed later has them in its log), the other formats all at the end."""
+
+    def __init__(self, output: str | None) -> None:
+        self.output = output
+        self.seen: list = []  # every outcome decided, in that order
+        self.written: set[int] = set()  # those --nl wrote (ids)
+        self.broken: OSError | None = None  # stdout closed or full: the pass goes on
+
+    def decided(self, outcome) -> None:
+        self.seen.append(outcome)
+        # A busy volume's run still to be written changes its row at the end of the pass.
+        if self.output == "nl" and outcome.unrecorded is None and self.broken is None:
+            try:
+                self._write([outcome])
+            except OSError as exc:  # raised once the pass is over, as at its end
+                self.broken = exc
+
+    def show(self, outcomes) -> None:
+        """The rows not written yet, in the chosen format."""
+        if self.broken is not None:
+            raise self.broken
+        rest = [o for o in outcomes if id(o) not in self.written]
+        if self.output:
+            self._write(rest)
+        else:
+            for outcome in rest:
+                click.echo(outcome.line())
+
+    def _write(self, outcomes) -> None:
+        from volumetool.cli.options import emit
+        from volumetool.compaction.run import OUTCOME_FIELDS
+
+        emit((o.as_dict() for o in outcomes), OUTCOME_FIELDS, self.output, None)
+        sys.stdout.flush()
+        self.written.update(id(o) for o in outcomes)
 
 
 def _metrics_destination(metrics_file: str | None, dry_run: bool):

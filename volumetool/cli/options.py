@@ -268,16 +268,8 @@ class VolumeByVolume:
 
         if not isinstance(exc, KeyboardInterrupt | Interrupted) or len(self.volumes) < 2:
             return
-        what = exc.message if isinstance(exc, Interrupted) else "interrupted"
         finished, rest = self.volumes[: self.finished], self.volumes[self.finished :]
-        raise Interrupted(
-            f"{what}; finished: {_paths(finished)}; not finished: {_paths(rest)}",
-            exc.hint if isinstance(exc, Interrupted) else None,
-        ) from None
-
-
-def _paths(arguments: Sequence[str]) -> str:
-    return f"{len(arguments)} ({', '.join(arguments)})" if arguments else "none"
+        raise Interrupted.between_volumes(exc, finished, rest) from None
 
 
 def utf8_text(ctx: click.Context, param: click.Parameter, value):

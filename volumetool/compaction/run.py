@@ -132,7 +132,8 @@ class Outcome:
     retention: float | None = None  # the share of the fold's hard facts the summary kept
     missing_facts: list[str] | None = None  # the first 20 it lost
     invented_facts: list[str] | None = None  # the first 20 it stated that nothing given holds
-    # Why a due thread was not tried, for machines: backing_off | endpoint_unusable
+    # Why a due thread was not tried, for machines: backing_off | endpoint_unusable |
+    # held_after_undo | interrupted (its call under way was recorded failed, or never started)
     reason: str | None = None
     exit_code: int = field(default=0, repr=False)
     # A call's failed run the busy volume could not take yet: written later (`Pending`).
@@ -178,6 +179,9 @@ BACKING_OFF = "backing_off"
 ENDPOINT_UNUSABLE = "endpoint_unusable"
 # A thread held after `thread undo`: skipped until compacted by name (not a problem: exit 0).
 HELD_AFTER_UNDO = "held_after_undo"
+# Ctrl-C or SIGTERM stopped the thread: its call under way is recorded (`failed`), or it had
+# not started (`skipped`, nothing written). The pass exits 130 or 143.
+INTERRUPTED_REASON = "interrupted"
 
 OUTCOME_FIELDS = tuple(f.name for f in fields(Outcome) if f.name not in ("exit_code", "unrecorded"))
 
@@ -290,25 +294,50 @@ class _Planner:
 
     def __init__(
         self,
-        arguments: Sequence[str | None],
         request: Request,
         model: str | None,
         stack: contextlib.ExitStack,
+        on_skipped: Callable[[Outcome], None] = lambda outcome: None,
     ) -> None:
         self.request, self.model = request, model
         self.now = request.clock()
+        self.on_skipped = on_skipped  # each outcome of a thread or volume not to compact
         # Every volume is opened (and locked, waiting up to --wait) before any call: a wait
         # once calls are under way would hold them up. Each keeps its own outcomes, in order.
         self.volumes: list[tuple[Volume | None, list[Outcome]]] = []
+        self.jobs: list[int] = []  # each volume's jobs planned so far
+        self.planned = 0  # the volumes whose planning is over
         self._skipped: list[Outcome] = []  # the outcomes of the volume being planned
         self._scale = DEFAULT_TOKEN_SCALE  # the volume's figure for the model (store.token_scale)
+        self._stack = stack
+
+    def open(self, arguments: Sequence[str | None]) -> None:
+        """Open (and lock) every volume, before any call; one that cannot be is an outcome."""
         for argument in arguments:
             try:
-                self.volumes.append((open_volume(argument, request, stack), []))
+                self.volumes.append((open_volume(argument, self.request, self._stack), []))
             except Interrupted:
                 raise  # Ctrl-C or SIGTERM while waiting for a lock: nothing more starts
             except VolumetoolError as exc:
-                self.volumes.append((None, [_unusable(argument, exc)]))
+                self.volumes.append((None, [self._decided(_unusable(argument, exc))]))
+            self.jobs.append(0)
+
+    def _decided(self, outcome: Outcome) -> Outcome:
+        self.on_skipped(outcome)
+        return outcome
+
+    def finished(self, arguments: Sequence[str | None], ended: Sequence[Outcome]) -> list[bool]:
+        """Whether each volume was finished when the pass stopped: planned, and every job of it
+        ended (not stopped by the interrupt)."""
+        done: dict[str, int] = {}
+        for outcome in ended:
+            if outcome.reason != INTERRUPTED_REASON:
+                done[outcome.volume] = done.get(outcome.volume, 0) + 1
+        return [
+            index < self.planned
+            and (volume is None or done.get(str(volume.path), 0) == self.jobs[index])
+            for index, (volume, _) in enumerate(self.volumes)
+        ] + [False] * (len(arguments) - len(self.volumes))
 
     @property
     def outcomes(self) -> list[Outcome]:
@@ -339,6 +368,7 @@ class _Planner:
                 exit_code=code,
             )
         )
+        self.on_skipped(self._skipped[-1])
 
     def candidates(self) -> Iterator[Job | None]:
         """Each candidate thread of each volume in turn: its job, or None when it is skipped.
@@ -346,14 +376,18 @@ class _Planner:
         snapshot stays open until its last candidate, so nothing may write before this is
         exhausted. A volume that cannot be read is a skipped outcome of its own; jobs it
         yielded before that go on."""
-        for volume, outcomes in self.volumes:
+        for index, (volume, outcomes) in enumerate(self.volumes):
+            self.planned = index
             if volume is None:
                 continue
             self._skipped = outcomes
             try:
-                yield from self._volume(volume)
+                for job in self._volume(volume):
+                    self.jobs[index] += job is not None
+                    yield job
             except VolumetoolError as exc:
-                outcomes.append(_unusable(str(volume.path), exc))
+                outcomes.append(self._decided(_unusable(str(volume.path), exc)))
+        self.planned = len(self.volumes)
 
     def _volume(self, volume: Volume) -> Iterator[Job | None]:
         request, settings = self.request, self.request.config.memory
@@ -442,6 +476,12 @@ def _planned(job: Job, model: str | None, status: str, **values: object) -> Outc
     )
 
 
+def _not_started(job: Job, model: str | None) -> Outcome:
+    """A job Ctrl-C or SIGTERM stopped before its call went out: nothing was written."""
+    return _planned(job, model, "skipped", error=NOT_STARTED, reason=INTERRUPTED_REASON)
+
+
+NOT_STARTED = "interrupted (Ctrl-C or SIGTERM) before its model call; nothing was written"
 # Ctrl-C or SIGTERM once a request had gone out: the call may be billed, so it is recorded as a
 # failed run, with what the calls that answered reported; a summary that came back is not committed.
 INTERRUPTED = "interrupted (Ctrl-C or SIGTERM) during the model call; the provider may bill it"
@@ -780,11 +820,15 @@ async def summarize_all(
         ) as client:
 
             async def one(job: Job) -> Outcome:
-                async with semaphore:
-                    scaled = replace(limits, token_scale=job.token_scale)
-                    ending = await summarize_job(
-                        job, client, system, scaled, request.min_retention, reader
-                    )
+                try:
+                    async with semaphore:
+                        scaled = replace(limits, token_scale=job.token_scale)
+                        ending = await summarize_job(
+                            job, client, system, scaled, request.min_retention, reader
+                        )
+                except asyncio.CancelledError:  # Ctrl-C before its call went out
+                    on_done(_not_started(job, endpoint.model))
+                    raise
                 if isinstance(ending, str):
                     outcome = _planned(
                         job,
@@ -907,43 +951,65 @@ def compact(
     transport: httpx.AsyncBaseTransport | None = None,
     on_planned: Callable[[int], None] = lambda total: None,
     on_done: Callable[[Outcome], None] = lambda outcome: None,
+    on_skipped: Callable[[Outcome], None] = lambda outcome: None,
 ) -> tuple[list[Outcome], int]:
-    """Compact every due thread (or the --key thread) of every volume; outcomes and exit code."""
+    """Compact every due thread (or the --key thread) of every volume; outcomes and exit code.
+    `on_done` gets each job's outcome as it ends, `on_skipped` each thread or volume the pass
+    decides to leave: when Ctrl-C or SIGTERM stops the pass (`Interrupted`), they have had
+    every outcome it decided, and the message of a pass over several volumes says which it
+    finished."""
     check_request(request)
     model, endpoint = resolve_endpoint(request, need_key=not request.dry_run)
+    ended: list[Outcome] = []  # the jobs' outcomes, as they end
+    recorded: list[Outcome] = []  # calls under way at Ctrl-C, recorded as failed runs
+
+    def job_ended(outcome: Outcome) -> None:
+        if outcome.error in (INTERRUPTED, INTERRUPTED_AFTER):
+            outcome.reason = INTERRUPTED_REASON
+            if outcome.run_id is not None:
+                recorded.append(outcome)
+        ended.append(outcome)
+        on_done(outcome)
+
     with contextlib.ExitStack() as stack:
-        planner = _Planner(volumes, request, model, stack)
-        if request.dry_run:
-            jobs = [job for job in planner.candidates() if job is not None]
-            done = [_planned(job, model, "would_compact") for job in jobs]
-        else:
-            assert endpoint is not None
-            recorded: list[Outcome] = []  # calls under way at Ctrl-C, recorded as failed runs
-
-            def ended(outcome: Outcome) -> None:
-                if outcome.run_id is not None and outcome.error in (INTERRUPTED, INTERRUPTED_AFTER):
-                    recorded.append(outcome)
-                on_done(outcome)
-
-            pending = Pending()
-            try:
+        planner = _Planner(request, model, stack, on_skipped)
+        try:
+            planner.open(volumes)
+            if request.dry_run:
+                for job in planner.candidates():
+                    if job is not None:
+                        job_ended(_planned(job, model, "would_compact"))
+                done = ended
+            else:
+                assert endpoint is not None
+                pending = Pending()
                 with settling(pending):
                     done = run_until_stopped(
                         summarize_all(
-                            planner, request, endpoint, transport, on_planned, ended, pending
+                            planner, request, endpoint, transport, on_planned, job_ended, pending
                         )
                     )
-            except KeyboardInterrupt:
-                if not recorded:
-                    raise  # nothing was under way: the volume says what became of its writes
-                recorded_as = (
-                    "is recorded as a failed run"
-                    if len(recorded) == 1
-                    else "are recorded as failed runs"
-                )
-                raise Interrupted(
-                    f"interrupted; the {plural(len(recorded), 'model call')} under way "
-                    f"{recorded_as} (the provider may bill them); what was committed before stays"
-                ) from None
+        except (KeyboardInterrupt, Interrupted) as exc:
+            # Nothing under way: a volume's own Interrupted says what became of its writes.
+            stopped = _recorded(recorded) if recorded else exc
+            if len(volumes) < 2:
+                raise stopped from None
+            finished = planner.finished(volumes, ended)
+            raise Interrupted.between_volumes(
+                stopped,
+                [str(v) for v, ok in zip(volumes, finished, strict=True) if ok],
+                [str(v) for v, ok in zip(volumes, finished, strict=True) if not ok],
+            ) from None
         outcomes = [*planner.outcomes, *done]
     return outcomes, worst_exit_code(o.exit_code for o in outcomes)
+
+
+def _recorded(recorded: Sequence[Outcome]) -> Interrupted:
+    """Ctrl-C or SIGTERM once calls were under way: each is recorded as a failed run."""
+    recorded_as = (
+        "is recorded as a failed run" if len(recorded) == 1 else "are recorded as failed runs"
+    )
+    return Interrupted(
+        f"interrupted; the {plural(len(recorded), 'model call')} under way "
+        f"{recorded_as} (the provider may bill them); what was committed before stays"
+    )
