@@ -102,7 +102,7 @@ SINGLES: dict[str, str] = {
     },
     **{
         f"volumetool.compaction.store.x_commit_summary__mutmut_{n}": _JSON_ESCAPES
-        for n in (24, 26, 28)
+        for n in (24, 26, 28, 32, 34, 36)  # missing_facts, invented_facts
     },
     **{
         f"volumetool.model_client.x_parse_retry_after__mutmut_{n}": _HEADER_CASE for n in (2, 7, 15)
