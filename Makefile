@@ -64,7 +64,9 @@ fuzz: $(READY)
 	$(BIN)/python -m tests.fuzz_report $(if $(EXAMPLES),--examples $(EXAMPLES))
 
 # Mutation testing of the compaction core and the model client; writes tests/MUTANTS.md and
-# fails while a surviving mutant is neither killed nor explained. Takes hours on two cores.
+# fails while a surviving mutant is neither killed nor explained. Takes hours on two cores: it
+# resumes from the verdicts kept in tests/mutants-results.json (re-running the mutants of every
+# function changed since) and keeps its own there, stopped or not; commit that file.
 # mutmut lives in a venv of its own: it brings textual and rich, and httpx imports rich when it
 # can, which would make every volumetool command in .venv (and `make bench`) start slower than
 # it does where volumetool is installed alone.
@@ -72,7 +74,9 @@ MUTANTS_BIN := .venv-mutants/bin
 mutants:
 	@test -x $(MUTANTS_BIN)/python || $(PYTHON) -m venv .venv-mutants
 	$(MUTANTS_BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,mutants]'
-	HYPOTHESIS_PROFILE=mutants $(MUTANTS_BIN)/mutmut run --max-children $(or $(JOBS),2)
+	$(MUTANTS_BIN)/python -m tests.mutants --restore
+	HYPOTHESIS_PROFILE=mutants $(MUTANTS_BIN)/mutmut run --max-children $(or $(JOBS),2); \
+	  code=$$?; $(MUTANTS_BIN)/python -m tests.mutants --save; exit $$code
 	$(MUTANTS_BIN)/python -m tests.mutants --recheck
 
 # Render the report page in Debian's headless Chromium and print it on A4, and hold it to HTML

@@ -5,6 +5,13 @@ survivor has no explanation (kill it with a test, or explain it here).
     python -m tests.mutants            # reads mutmut's results in ./mutants
     python -m tests.mutants --recheck  # first, survivors against the tests written since
     python -m tests.mutants --run-pending  # first, the mutants a stopped `mutmut run` left
+    python -m tests.mutants --save     # keep mutmut's results in the repository (RESULTS)
+    python -m tests.mutants --restore  # before `mutmut run` in a new clone: resume from them
+
+A full run takes longer than one sitting on a small machine, and a clone starts without
+./mutants: `--save` keeps each mutant's verdict with the hash of the function it mutates, and
+`--restore` puts them back where mutmut keeps them. mutmut then runs again only the mutants of
+functions whose code changed since (it compares the hashes) and those never run.
 
 An explanation is a rule: a pattern over the mutant's diff (the removed and added line) and
 the reason every mutant it matches is harmless. Rules name a reason once; the report lists
@@ -31,6 +38,9 @@ REPORT = ROOT / "tests" / "MUTANTS.md"
 # results rather than in them: a `mutmut run` going at the same time rewrites its files.
 RECHECKED = ROOT / "mutants" / "rechecked-killed.json"
 MUTMUT = [sys.executable, "-m", "mutmut"]
+# mutmut's verdicts kept in the repository (--save, --restore): per mutated module, each
+# mutant's exit code and the hash of each function, which is what makes a verdict current.
+RESULTS = ROOT / "tests" / "mutants-results.json"
 
 
 @dataclass(frozen=True)
@@ -694,7 +704,46 @@ def main() -> int:
     return 1 if unexplained or not_run else 0
 
 
+def save() -> None:
+    """Write mutmut's verdicts (survivors a test written since kills counted as killed, as
+    in the report) and its function hashes to RESULTS; a mutant not run yet is left out."""
+    killed_since = rechecked()
+    modules = {}
+    for meta in sorted((ROOT / "mutants" / "volumetool").rglob("*.py.meta")):
+        data = json.loads(meta.read_text())
+        codes = {
+            name: 1 if name in killed_since else code
+            for name, code in sorted(data.get("exit_code_by_key", {}).items())
+            if code is not None
+        }
+        modules[str(meta.relative_to(ROOT / "mutants").with_suffix(""))] = {
+            "exit_code_by_key": codes,
+            "hash_by_function_name": dict(sorted(data.get("hash_by_function_name", {}).items())),
+        }
+    RESULTS.write_text(json.dumps(modules, indent=0, ensure_ascii=False) + "\n")
+    print(f"saved {sum(len(m['exit_code_by_key']) for m in modules.values()):,} verdicts")
+
+
+def restore() -> None:
+    """Put RESULTS where mutmut keeps its results, for each module it has none for yet (a new
+    clone; a resumed run keeps its own). mutmut drops the verdicts of changed functions."""
+    if not RESULTS.exists():
+        return
+    for module, data in json.loads(RESULTS.read_text()).items():
+        meta = ROOT / "mutants" / f"{module}.meta"
+        if not meta.exists():
+            meta.parent.mkdir(parents=True, exist_ok=True)
+            empty = ("type_check_error_by_key", "durations_by_key", "estimated_durations_by_key")
+            meta.write_text(json.dumps({**data, **{key: {} for key in empty}}))
+
+
 if __name__ == "__main__":
+    if "--restore" in sys.argv[1:]:
+        restore()
+        sys.exit(0)
+    if "--save" in sys.argv[1:]:
+        save()
+        sys.exit(0)
     if "--run-pending" in sys.argv[1:]:
         run_pending()
     if "--recheck" in sys.argv[1:]:
