@@ -208,6 +208,31 @@ SINGLES: dict[str, str] = {
         "An agent run newer than or as new as the last compaction: run ids are unique and the "
         "compaction's own run is excluded by its trigger, so no agent run has its id."
     ),
+    "volumetool.providers.openai_chat.xǁChatEventsǁ__init____mutmut_1": (
+        "The usage before any usage chunk, None instead of {}: payload() only tests it for "
+        "truth and event() replaces it only with a dict, so both mean no usage."
+    ),
+    "volumetool.providers.openai_chat.xǁChatEventsǁpayload__mutmut_3": (
+        'A stream without a usage chunk gives {"usage": {}} instead of no usage: '
+        "reported_usage reads both as Usage() (neither figure reported)."
+    ),
+    **{
+        f"volumetool.providers.openai_chat.xǁChatEventsǁpayload__mutmut_{n}": (
+            "The tool call's item spelled otherwise: parse() only tests the tool_calls list "
+            "for truth (a one-item list either way) and reads none of its items."
+        )
+        for n in (18, 19, 20, 21)
+    },
+    "volumetool.providers.base.x_repeating__mutmut_12": (
+        "The look-back starting at 1 instead of 0 misses only the probe at index 0, whose "
+        "passage (end - 8 characters) cannot fit 3 times in a text of at least SPAN = 240, so "
+        "it never made a repetition."
+    ),
+    "volumetool.providers.base.x_repeating__mutmut_20": (
+        "The first search up to the end instead of end - 1 first finds the probe where it "
+        "ends the text (a passage of 0, rejected by unit >= UNIT[0]); the next search, up to "
+        "that index + 7 = end - 1, is the original's first."
+    ),
     "volumetool.compaction.plan.x_fold_cut__mutmut_16": (
         "One more pass at cut 0: no pair can move a cut of 0 (both conditions need a turn "
         "before it), so the pass changes nothing and the loop ends."

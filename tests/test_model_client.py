@@ -913,6 +913,75 @@ def test_an_event_stream_is_known_by_its_first_line_whatever_its_label():
     assert isinstance(late, ModelError) and "no choices (in an event stream)" in late.reason
 
 
+def chat_stream(*chunks: dict) -> object:
+    """Chat completion chunks as OpenAI streams them: `data:` lines, then `[DONE]`."""
+    head = {"id": "chatcmpl-7", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    body = b"".join(b"data: %s\n\n" % json.dumps({**head, **c}).encode() for c in chunks)
+    return answer(200, {"content-type": "text/event-stream"}, body + b"data: [DONE]\n\n")
+
+
+def chat_chunk(delta: dict | None, finish: str | None = None, index: int = 0) -> dict:
+    choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+    return {"choices": [choice], "usage": None}  # include_usage: null until the last chunk
+
+
+CHAT_USAGE = {"choices": [], "usage": {"prompt_tokens": 120, "completion_tokens": 7}}
+
+
+def test_a_chat_completion_stream_is_gathered_into_the_message_it_streams():
+    # A tool call: its deltas come first, the chunk with the finish reason has an empty delta.
+    # It is a tool call however many deltas follow, and its message has no text (null, as the
+    # plain response's content is).
+    tool = {"index": 0, "id": "call_1", "type": "function"}
+    called = chat_stream(
+        chat_chunk({"role": "assistant", "content": None, "tool_calls": [tool], "refusal": None}),
+        chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"path": "a"}'}}]}),
+        chat_chunk({}, "tool_calls"),
+        CHAT_USAGE,
+    )
+    assert (called.text, called.tool_call, called.finish) == (None, True, "tool_calls")
+    assert (called.usage.input_tokens, called.usage.output_tokens) == (120, 7)
+    # The legacy function_call delta (functions=, before tools) is a tool call too.
+    legacy = chat_stream(
+        chat_chunk({"role": "assistant", "content": None, "function_call": {"name": "read"}}),
+        chat_chunk({"function_call": {"arguments": "{}"}}),
+        chat_chunk({}, "function_call"),
+    )
+    assert (legacy.text, legacy.tool_call, legacy.finish) == (None, True, "function_call")
+    assert not legacy.usage.reported  # no usage chunk: nothing reported, not zero
+    # A refusal streams in pieces, as text does: it is all of them.
+    refused = chat_stream(
+        chat_chunk({"role": "assistant", "content": None, "refusal": ""}),
+        *(chat_chunk({"refusal": piece}) for piece in ("I'm sorry,", " I can't", " help.")),
+        chat_chunk({}, "stop"),
+    )
+    assert (refused.text, refused.refusal, refused.tool_call) == (
+        None,
+        "I'm sorry, I can't help.",
+        False,
+    )
+
+
+def test_a_chat_stream_is_read_for_its_first_choice_whatever_else_it_carries():
+    # n=2: each chunk carries one of the two choices; only the first (index 0) is the answer.
+    first, second = ("Sum", "mary."), ("Other ", "words.")
+    chunks = []
+    for mine, theirs in zip(first, second, strict=True):
+        chunks += [chat_chunk({"content": mine}), chat_chunk({"content": theirs}, index=1)]
+    chunks += [chat_chunk({}, "length", index=1), chat_chunk({}, "stop"), CHAT_USAGE]
+    read = chat_stream(*chunks)
+    assert (read.text, read.finish, read.usage.output_tokens) == ("Summary.", "stop", 7)
+    # several choices in one chunk, the first not first; a choice without a delta (Azure
+    # OpenAI's content filter annotations) or one that is no object adds nothing
+    together = chat_stream(
+        {"choices": [{"index": 1, "delta": {"content": "No."}}, {"delta": {"content": "Yes"}}]},
+        {"choices": [{"index": 0, "finish_reason": None, "content_filter_results": {}}]},
+        {"choices": [None, "x", {"index": 0, "delta": None}]},
+        chat_chunk({"content": "."}, "stop"),
+    )
+    assert (together.text, together.finish) == ("Yes.", "stop")
+
+
 def test_every_unreadable_answer_names_its_request():
     # Whatever is wrong with a 200's body, the error names the request, for the provider's
     # support: an event stream, JSON nested too deeply, not JSON, JSON that is no object.
@@ -1268,6 +1337,8 @@ def _repeating_by_every_length(text: str) -> bool:
     st.text(alphabet="ab c.\n", max_size=12),
 )
 @example("", "aabbcc. ", 31, "")  # the shortest passage, just long enough to count
+@example("", "aabbcc. ", 30, "")  # a text of exactly SPAN characters, all repetition
+@example("", "a" * 699 + "b", 3, "")  # a passage longer than UNIT[1]: none
 @example("x" * 300, "", 0, "")
 @example("", "a" * 599 + "b", 3, "")  # the longest passage, three times
 def test_repeating_tries_only_the_lengths_that_can_repeat(head, passage, times, tail):

@@ -389,6 +389,30 @@ def test_a_compaction_whose_earlier_messages_came_back_during_its_call_is_a_conf
     assert all(m[7] is None or m[0] in folded_before_undo for m in state(w.path, session)[0])
 
 
+def test_a_fold_of_one_message_is_checked_and_committed(server, tmp_path):
+    """A question the agent never answered (it crashed, or the user sent another), then two
+    turns: the fold is that one message. The commit's checks hold for a fold of any length
+    (the live messages up to its last are those the plan saw), and undo brings it back."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    session = w.thread("k")
+    w.message(session, "system", "Channel context: #ops.")
+    w.message(session, "user", "Is the rollout still on for today? " * 4)
+    w.close()
+    for n in range(2):
+        agent_turn(w.path, session, n)
+    before = state(w.path, session)
+    server.answer = lambda body: "The user asked whether the rollout is on for today."
+    try:
+        [done], code = compact([str(w.path)], request(server, force=True, key="k"))
+    finally:
+        server.answer = None
+    assert (done.status, done.folded_messages, code) == ("compacted", 1, 0), done
+    folded = [m[2] for m in state(w.path, session)[0] if m[7] is not None]
+    assert folded == ["user"]
+    undo_in(w.path, "k")
+    assert state(w.path, session)[:2] == before[:2]
+
+
 @pytest.mark.parametrize("indexed", [True, False], ids=["index-built-before", "no-index"])
 def test_search_does_not_find_undone_summaries(server, tmp_path, indexed):
     """SPEC 13: what `thread undo` took out of the thread is not found, whether the search
