@@ -228,10 +228,23 @@ SINGLES: dict[str, str] = {
         "passage (end - 8 characters) cannot fit 3 times in a text of at least SPAN = 240, so "
         "it never made a repetition."
     ),
-    "volumetool.providers.base.x_repeating__mutmut_20": (
-        "The first search up to the end instead of end - 1 first finds the probe where it "
-        "ends the text (a passage of 0, rejected by unit >= UNIT[0]); the next search, up to "
-        "that index + 7 = end - 1, is the original's first."
+    **{
+        f"volumetool.providers.base.x_repeating__mutmut_{n}": (
+            "The first search up to the end (or past it) instead of end - 1 first finds the "
+            "probe where it ends the text (a passage of 0, rejected by unit >= UNIT[0]); the "
+            "next search, up to that index + 7 = end - 1, is the original's first."
+        )
+        for n in (20, 23, 25)
+    },
+    "volumetool.providers.base.x_repeating__mutmut_26": (
+        "The first search up to end - 2 instead of end - 1 misses only the probe at end - 9, "
+        "a passage of 1, rejected by unit >= UNIT[0]; after it the original searches up to "
+        "end - 9 + 7 = end - 2, as the mutant does first."
+    ),
+    "volumetool.providers.base.x_repeating__mutmut_41": (
+        "A passage of exactly UNIT[0] = 8 not tried: a tail of SPAN characters that repeats it "
+        "also repeats its double (16 x 3 = 48 <= SPAN, the same span), whose probe the loop "
+        "finds next (24 characters back, within the look-back), so the answer is the same."
     ),
     "volumetool.compaction.plan.x_fold_cut__mutmut_16": (
         "One more pass at cut 0: no pair can move a cut of 0 (both conditions need a turn "

@@ -1339,6 +1339,8 @@ def _repeating_by_every_length(text: str) -> bool:
 @example("", "aabbcc. ", 31, "")  # the shortest passage, just long enough to count
 @example("", "aabbcc. ", 30, "")  # a text of exactly SPAN characters, all repetition
 @example("", "a" * 699 + "b", 3, "")  # a passage longer than UNIT[1]: none
+@example("", "a" * 307 + "b" + "c" * 384 + "a" * 7 + "b", 3, "")  # one whose end recurs in it
+@example("", "a" * 199 + "b", 2, "")  # a passage said twice: none
 @example("x" * 300, "", 0, "")
 @example("", "a" * 599 + "b", 3, "")  # the longest passage, three times
 def test_repeating_tries_only_the_lengths_that_can_repeat(head, passage, times, tail):
