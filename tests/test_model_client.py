@@ -1341,6 +1341,10 @@ def _repeating_by_every_length(text: str) -> bool:
 @example("", "a" * 699 + "b", 3, "")  # a passage longer than UNIT[1]: none
 @example("", "a" * 307 + "b" + "c" * 384 + "a" * 7 + "b", 3, "")  # one whose end recurs in it
 @example("", "a" * 199 + "b", 2, "")  # a passage said twice: none
+# a passage whose end occurs again 8 (then 1) characters nearer the end than the passage's
+# length: that length is tried next, after the nearer one
+@example("y" * 20, "abcdefgh" + "x" * 74 + "abcdefgh", 3, "")
+@example("y" * 20, "a" + "b" * 80 + "a" * 9, 3, "")
 @example("x" * 300, "", 0, "")
 @example("", "a" * 599 + "b", 3, "")  # the longest passage, three times
 def test_repeating_tries_only_the_lengths_that_can_repeat(head, passage, times, tail):
