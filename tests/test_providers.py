@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.fixtures import KEY, compaction_request
 from tests.support.model_server import ACCEPTED, FAULTS
-from tests.support.volumes import VolumeWriter, due_thread, table_dump
+from tests.support.volumes import VolumeWriter, due_thread, rows, table_dump
 from volumetool.compaction.run import Request, compact
 from volumetool.model_client import RetryPolicy
 from volumetool.providers import PROVIDERS
@@ -446,6 +446,15 @@ def test_a_fold_too_long_for_the_model_is_summarized_in_parts(server, tmp_path):
     figures = [1001 + n for n, r in enumerate(server.requests) if r["fault"] is None]
     assert run[5] == sum(figures) and run[6] == 80 * len(accepted)  # every call counted
     assert run[7] == figures[-1]  # last_input_tokens: the last call's prompt, not the first's
+    # the server's tokens for each estimated one, over every call that answered (the next
+    # plan for this model scales its estimates by it)
+    from volumetool.compaction.plan import estimate_text_tokens
+
+    estimated = sum(
+        estimate_text_tokens(m["content"]) for r in accepted for m in r["body"]["messages"]
+    )
+    [(scale,)] = rows(w.path, "SELECT tokens_per_estimate FROM compactions")
+    assert scale == round(sum(figures) / estimated, 4)
     assert before["memories"] == table_dump(w.path)["memories"]
 
 
