@@ -938,6 +938,7 @@ def test_a_refusal_written_as_text_is_refused(run_cli, volume, server, tmp_path,
     assert result.exit_code == 1, result
     [outcome] = json.loads(result.stdout)
     assert outcome["status"] == "failed" and "the model refused: I" in outcome["error"]
+    assert outcome["error"].endswith(", request req_test_1)")  # the request named (SPEC 13)
     after = table_dump(volume["path"])
     assert after["messages"] == before["messages"] and after["sessions"] == before["sessions"]
     [run] = after["runs"][len(before["runs"]) :]

@@ -34,7 +34,10 @@ from volumetool.compaction.prompt import (
     render_fold,
     render_request,
 )
+from volumetool.compaction.summarize import accept_summary
+from volumetool.providers.base import Completion
 from volumetool.settings import MemorySettings
+from volumetool.usage import Usage
 
 ON = MemorySettings(scope="thread", compact_at_tokens=50_000)
 
@@ -75,6 +78,14 @@ def test_a_refusal_or_an_odd_finish_reason_is_quoted_within_bounds():
             assert quoted * limit in str(exc) and quoted * (limit + 1) not in str(exc)
         else:
             raise AssertionError("accepted")
+    # a refusal written as the answer's text, as long as one is read for a refusal (400)
+    text = "I'm sorry, but I can't help with that. " + "r" * 300
+    try:
+        accept_summary("openai", Completion(text, "stop", Usage()))
+    except SummaryRejected as exc:
+        assert str(exc) == f"the model refused: {text[:199]}…"
+    else:
+        raise AssertionError("accepted")
 
 
 def test_a_message_over_a_part_is_cut_into_marked_pieces_that_fit_and_join_back():
