@@ -972,9 +972,11 @@ def test_a_chat_stream_is_read_for_its_first_choice_whatever_else_it_carries():
     read = chat_stream(*chunks)
     assert (read.text, read.finish, read.usage.output_tokens) == ("Summary.", "stop", 7)
     # several choices in one chunk, the first not first; a choice without a delta (Azure
-    # OpenAI's content filter annotations) or one that is no object adds nothing
+    # OpenAI's content filter annotations) or one that is no object adds nothing; a chunk
+    # with its choices is one beside an "error" member too (null, as some gateways add it)
     together = chat_stream(
         {"choices": [{"index": 1, "delta": {"content": "No."}}, {"delta": {"content": "Yes"}}]},
+        {**chat_chunk({"content": ""}), "error": None},
         {"choices": [{"index": 0, "finish_reason": None, "content_filter_results": {}}]},
         {"choices": [None, "x", {"index": 0, "delta": None}]},
         chat_chunk({"content": "."}, "stop"),
