@@ -962,6 +962,16 @@ def test_a_chat_completion_stream_is_gathered_into_the_message_it_streams():
     )
 
 
+def test_the_repetition_check_runs_each_time_the_answer_has_grown_by_check_every():
+    """A passage said over and over is clear at 240 characters (SPAN) here; the check runs
+    each time the answer has grown by CHECK_EVERY (32) characters, not at each delta (its
+    cost bound), so a stream of one character a delta stops at the first check after: 256."""
+    text = "Say it again and again. " * 20
+    stopped = chat_stream(*(chat_chunk({"content": c}) for c in text))
+    assert isinstance(stopped, ModelError), stopped
+    assert stopped.reason.endswith("(stopped after 256 characters)"), stopped.reason
+
+
 def test_a_chat_stream_is_read_for_its_first_choice_whatever_else_it_carries():
     # n=2: each chunk carries one of the two choices; only the first (index 0) is the answer.
     first, second = ("Sum", "mary."), ("Other ", "words.")
@@ -1185,6 +1195,15 @@ def test_a_body_of_exactly_the_limit_is_read_whole_in_any_chunks():
         assert not isinstance(done, ModelError), done
         assert done.text == "Summary."
     over = exchange(Body([*chunks, b" "]), {})
+    assert isinstance(over, ModelError) and "larger than 8 MiB" in over.reason
+    # an event stream too, counted over all its chunks as they arrive: a comment, then events
+    events = b"data: %s\n\n" % json.dumps(chat_chunk({"content": "Summary."}, "stop")).encode()
+    data = b":" + b" " * (MAX_BODY_BYTES - len(events) - 2) + b"\n" + events
+    chunks = [data[i : i + 1_000_003] for i in range(0, len(data), 1_000_003)]
+    stream = {"content-type": "text/event-stream"}
+    done = exchange(Body(chunks), stream)
+    assert not isinstance(done, ModelError) and done.text == "Summary.", done
+    over = exchange(Body([*chunks, b"\n"]), stream)
     assert isinstance(over, ModelError) and "larger than 8 MiB" in over.reason
 
 
