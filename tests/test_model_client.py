@@ -1294,10 +1294,13 @@ def test_a_body_without_end_is_read_no_further_than_the_limit():
 
 
 def test_a_connection_lost_in_the_body_is_a_retryable_connection_error_naming_the_request():
-    error = exchange(Body([b'{"choices": '], then=httpx.ReadError("connection reset")))
-    assert isinstance(error, ModelError) and error.retryable
-    assert error.reason == "connection error (ReadError)"
-    assert error.where == "POST http://127.0.0.1:9/v1/chat/completions"
+    streamed = b"data: %s\n\n" % json.dumps(chat_chunk({"content": "Summ"})).encode()
+    stream = {"content-type": "text/event-stream"}
+    for body, headers in (([b'{"choices": '], {}), ([streamed], stream)):  # JSON, or a stream
+        error = exchange(Body(body, then=httpx.ReadError("connection reset")), headers)
+        assert isinstance(error, ModelError) and error.retryable
+        assert error.reason == "connection error (ReadError)"
+        assert error.where == "POST http://127.0.0.1:9/v1/chat/completions"
 
 
 def test_a_url_httpx_cannot_build_is_an_endpoint_wide_error_naming_it():
