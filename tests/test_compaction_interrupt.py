@@ -553,3 +553,26 @@ def test_a_write_under_way_at_ctrl_c_keeps_its_outcome(monkeypatch):
 
     monkeypatch.setattr(run, "finish", finish)
     assert asyncio.run(scenario()) is written
+
+
+def test_an_interrupted_pass_does_not_turn_the_next_one_red(tmp_path, server):
+    """`timeout 300 volumetool compact` in cron, or a pod evicted: the calls the signal stopped
+    stay failed runs with their cost, but an interrupt is no failure of the endpoint, so the
+    next pass does not back off for them (SPEC 13: only a broken endpoint stays red)."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    due_thread(w, "discord:0")
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    release = hold_from(server, 1)
+    proc = start_compact(w.path, config, "--nl")
+    wait_for(lambda: len(server.requests) == 1, proc)
+    code, err = interrupt(proc, signal.SIGTERM)
+    release.set()
+    assert code == 143, err
+    assert [r[1:] for r in compaction_runs(w.path)] == [("error", None, None, INTERRUPTED)]
+    again = start_compact(w.path, config, "--nl")
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 0, err
+    [row] = [json.loads(line) for line in out.splitlines()]
+    assert (row["status"], row["reason"]) == ("compacted", None)
+    assert [r[1] for r in compaction_runs(w.path)] == ["error", "ok"]

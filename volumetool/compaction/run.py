@@ -42,6 +42,7 @@ from volumetool.compaction.plan import (
 )
 from volumetool.compaction.prompt import DEFAULT_PROMPT, MIN_PART_TOKENS, system_prompt
 from volumetool.compaction.store import (
+    INTERRUPTED_BY_SIGNAL,
     RunTimes,
     Thread,
     Written,
@@ -481,12 +482,12 @@ def _not_started(job: Job, model: str | None) -> Outcome:
     return _planned(job, model, "skipped", error=NOT_STARTED, reason=INTERRUPTED_REASON)
 
 
-NOT_STARTED = "interrupted (Ctrl-C or SIGTERM) before its model call; nothing was written"
+NOT_STARTED = f"{INTERRUPTED_BY_SIGNAL} before its model call; nothing was written"
 # Ctrl-C or SIGTERM once a request had gone out: the call may be billed, so it is recorded as a
 # failed run, with what the calls that answered reported; a summary that came back is not committed.
-INTERRUPTED = "interrupted (Ctrl-C or SIGTERM) during the model call; the provider may bill it"
+INTERRUPTED = f"{INTERRUPTED_BY_SIGNAL} during the model call; the provider may bill it"
 INTERRUPTED_AFTER = (
-    "interrupted (Ctrl-C or SIGTERM) before the summary was committed; the call is paid for"
+    f"{INTERRUPTED_BY_SIGNAL} before the summary was committed; the call is paid for"
 )
 
 

@@ -67,6 +67,10 @@ def held_sql(session: str) -> str:
     )
 
 
+# How the error of every compaction run an interrupt recorded begins (compaction.run).
+INTERRUPTED_BY_SIGNAL = "interrupted (Ctrl-C or SIGTERM)"
+
+
 def thread_facts(conn: sqlite3.Connection, session_id: int) -> ThreadFacts:
     """The latest standing compaction, the latest successful agent run (check_due needs no
     others), the live turns, and the failed compactions since the last standing one."""
@@ -83,13 +87,16 @@ def thread_facts(conn: sqlite3.Connection, session_id: int) -> ThreadFacts:
     # succeeded, so those before it are no longer "the latest n" (SPEC 6).
     # `+trigger`: by the thread's runs (runs_by_session), never by every compaction run of the
     # file (runs_by_trigger also fits `trigger = … AND id > ?`, and a cron pass grew with it).
+    # A run an interrupt recorded (Ctrl-C, `timeout`, a pod evicted) is no failure of the
+    # endpoint: it stays a failed run with its cost, and the next pass does not back off for it.
     failures, last, held = conn.execute(
         "SELECT count(*), max(coalesce(finished_at, started_at)), "
         + held_sql("?1")
         + " FROM runs WHERE session_id = ?1 AND +trigger = 'compaction' AND status = 'error'"
+        " AND substr(coalesce(error, ''), 1, length(?2)) != ?2"
         " AND id > coalesce((SELECT max(id) FROM runs WHERE session_id = ?1"
         " AND +trigger = 'compaction' AND status = 'ok'), 0)",
-        (session_id,),
+        (session_id, INTERRUPTED_BY_SIGNAL),
     ).fetchone()
     turns = conn.execute(
         "SELECT count(*) FROM messages WHERE session_id = ? AND folded_by IS NULL"
