@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import sys
 
 import pytest
 
 from tests.conftest import assert_clean_error
 from tests.support.volumes import VolumeWriter
 from tests.support.volumes import rows as query
+from tests.test_cli import SIGNALS
 
 
 @pytest.fixture
@@ -87,6 +90,49 @@ def test_an_unanswered_or_declined_prompt_says_on_its_own_line_that_nothing_chan
         [asked, said] = done.stderr.decode().splitlines()
         assert asked == prompt + answer and said.startswith(f"volumetool: {line}"), done.stderr
         assert b"Aborted" not in done.stderr and done.stdout == b""
+    assert query(vol["path"], "SELECT count(*) FROM messages") == [(6,)]
+
+
+@SIGNALS
+def test_a_signal_at_the_prompt_says_on_its_own_line_that_nothing_changed(
+    vol, tmp_path, signum, code
+):
+    """Ctrl-C (or `timeout`'s SIGTERM) while `thread reset` waits for its answer: the prompt's
+    line is ended and the message says nothing was changed, 130 or 143."""
+    import subprocess
+
+    fifo = tmp_path / "answer"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the writer's open does not block
+    writer = os.open(fifo, os.O_WRONLY)  # held open and never written: no answer, no EOF
+    os.close(reader)
+    try:
+        with open(fifo, "rb") as answer:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "volumetool",
+                    "thread",
+                    "reset",
+                    str(vol["path"]),
+                    "slack:T1/C2",
+                ],
+                stdin=answer,
+                stderr=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+        asked = b""
+        while not asked.endswith(b"[y/N]: "):  # the question is out: it waits for its answer
+            asked += os.read(proc.stderr.fileno(), 1)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(writer)
+    assert proc.returncode == code and out == b""
+    lines = (asked + err).decode().splitlines()
+    assert lines[0].endswith("[y/N]: ") and len(lines) == 2, lines
+    assert lines[1] == "volumetool: interrupted at the question; nothing was changed", lines
     assert query(vol["path"], "SELECT count(*) FROM messages") == [(6,)]
 
 

@@ -325,7 +325,9 @@ def show(line: str) -> None:
 def ask(question: str) -> None:
     """Ask on stderr whether to go on; stop (exit 1, "nothing was changed") unless the answer
     is yes. No answer is no: stdin at its end, or closed (a job started with no stdin at all).
-    The prompt's line is ended, so the error line stands on its own."""
+    The prompt's line is ended, so the error line stands on its own; Ctrl-C or SIGTERM while
+    it waits is 130 or 143, nothing changed."""
+    from volumetool.errors import Interrupted
     from volumetool.text import escape_control
 
     question = escape_control(question)  # it names a key or a path
@@ -333,17 +335,36 @@ def ask(question: str) -> None:
     if sys.stdin is None or sys.stdin.closed or getattr(sys.stdin, "name", None) == os.devnull:
         click.echo(f"{question} [y/N]: no answer (stdin is closed)", err=True)
         raise unanswered
-    try:
-        if click.confirm(question, err=True):
-            return
-    except click.Abort as exc:
-        if not isinstance(exc.__context__, EOFError):  # Ctrl-C at the prompt: interrupted
-            raise
+    try:  # a signal's handler may run as soon as the question is out, before its answer
+        click.echo(f"{question} [y/N]: ", nl=False, err=True)
+        answer = _answer()
+    except KeyboardInterrupt:
+        click.echo(err=True)  # the prompt's line ends before the message
+        raise Interrupted("interrupted at the question; nothing was changed") from None
+    if answer is None:
         click.echo("no answer (stdin at its end)", err=True)
-        raise unanswered from None
+        raise unanswered
     if not sys.stdin.isatty():  # a piped answer is not echoed: end the prompt's line
         click.echo(err=True)
-    raise ProblemsFound("declined; nothing was changed")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise ProblemsFound("declined; nothing was changed")
+
+
+def _answer() -> str | None:
+    """A line from stdin, None at its end. The wait is select()'s, which a signal's handler
+    ends: a blocking read would not notice Ctrl-C or SIGTERM that came just before it began
+    (the handler would run only once a line came, so `timeout` could not stop the question)."""
+    import select
+
+    try:
+        stdin = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's, a wrapper's): read
+        stdin = None
+    if stdin is not None and sys.platform != "win32":
+        while not select.select([stdin], [], [], 0.1)[0]:
+            pass
+    line = sys.stdin.readline()
+    return line or None
 
 
 def since_option(what: str) -> Callable:
