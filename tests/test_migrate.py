@@ -354,10 +354,26 @@ def test_an_interrupt_after_the_last_migration_says_it_committed_and_how_to_run_
     )
     assert done.returncode == code, done.stderr
     last = MIGRATIONS[-1]
-    assert done.stderr.splitlines() == [
+    said = (
         f"volumetool: {path}: interrupted; every migration applied (committed: the file is at"
         f" {last}, the current format, and its foreign_key_check passed), but its"
-        f" integrity_check did not run — run `volumetool check {path}`"
+        " integrity_check did not run"
+    )
+    assert done.stderr.splitlines() == [f"{said} — run `volumetool check {path}`"], done.stderr
+    # With a backup (the default), the line says where it is: the interrupted run printed none.
+    again, _ = legacy_file(tmp_path / "again.db")
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_BEFORE_THE_CHECK, "migrate", again],
+        env={**os.environ, "SIGNAL": str(int(signum))},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    [backup] = tmp_path.glob("again.db.bak-*")
+    assert done.returncode == code and done.stdout == "", done.stderr
+    assert done.stderr.splitlines() == [
+        f"{said.replace(str(path), str(again))}; the backup taken first is {backup}"
+        f" — run `volumetool check {again}`"
     ], done.stderr
     assert run_cli("migrate", path).stdout == f"{path}: up to date\n"
     checked = run_cli("check", path)  # the advice runs integrity_check and foreign_key_check

@@ -171,6 +171,9 @@ def _interrupted(volume: Volume, result: MigrateResult) -> Interrupted:
         recorded = set(result.applied)
     done = [name for name in result.pending if name in recorded]
     rest = [name for name in result.pending if name not in recorded]
+    # The backup is whole once its file exists (it is published by a rename): say where.
+    kept = result.backup is not None and result.backup.exists()
+    backed_up = f"; the backup taken first is {result.backup}" if kept else ""
     if not done:
         what = "nothing was migrated"
     elif rest:
@@ -181,10 +184,10 @@ def _interrupted(volume: Volume, result: MigrateResult) -> Interrupted:
         return Interrupted(
             f"{volume.path}: interrupted; every migration applied (committed: the file is at"
             f" {done[-1]}, the current format, and its foreign_key_check passed), but its"
-            " integrity_check did not run",
+            f" integrity_check did not run{backed_up}",
             f"run `volumetool check {shlex.quote(str(volume.path))}`",
         )
-    return Interrupted(f"{volume.path}: interrupted; {what}", "run migrate again")
+    return Interrupted(f"{volume.path}: interrupted; {what}{backed_up}", "run migrate again")
 
 
 def _apply(volume: Volume, result: MigrateResult, make_backup: bool) -> None:
