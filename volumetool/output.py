@@ -207,14 +207,76 @@ class WholeWrites:
     @contextlib.contextmanager
     def _whole(self) -> Iterator[None]:
         try:
+            if stdout_closed_at_start:  # `>&-`: main() put /dev/null there; nobody reads it
+                raise BrokenPipeError
             yield
         except BrokenPipeError:
             discard_stdout()
+            if stdout_closed_at_start:
+                raise ProblemsFound(
+                    f"the {self.what} was not written: stdout is closed",
+                    "write to a file, or run the command with stdout open",
+                ) from None
             raise ProblemsFound(
                 f"the {self.what} written to stdout is incomplete: the reader closed the pipe"
                 " before its end",
                 "do not use what it read; write to a file, or read the pipe to its end",
             ) from None
+
+
+# The process started with stdout closed (`>&-`): set by `volumetool.cli.main`, which opens
+# /dev/null in its place; a file's data written there would be lost, so it is an error.
+stdout_closed_at_start = False
+
+
+class VerdictStdout:
+    """sys.stdout while a command whose exit code is a verdict runs (`Command(verdict=True)`):
+    a reader that closes the pipe (`… | grep -q failed`, `… | head -1`) does not end the
+    command, as it ends a listing. The first write that finds the pipe closed points stdout at
+    /dev/null, and the command finishes its work (a compaction records its runs and writes
+    its metrics file), drops the rest of its output and exits with its own code: 1 when it
+    found problems, never 0 for them."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.closed_pipe = False
+
+    def write(self, text: str) -> int:
+        if not self.closed_pipe:
+            with self._dropping():
+                return self.stream.write(text)
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        with self._dropping():
+            self.stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+    @contextlib.contextmanager
+    def _dropping(self) -> Iterator[None]:
+        try:
+            yield
+        except BrokenPipeError:
+            self.closed_pipe = True
+            discard_stdout()  # what is still buffered goes to /dev/null when flushed
+
+
+@contextlib.contextmanager
+def verdict_stdout() -> Iterator[None]:
+    """Run a command with `VerdictStdout` as sys.stdout; flushed before the command ends."""
+    stream = sys.stdout
+    sys.stdout = verdict = VerdictStdout(stream)
+    try:
+        yield
+    finally:
+        verdict.flush()
+        sys.stdout = stream
 
 
 def discard_stdout() -> None:

@@ -186,6 +186,9 @@ def main() -> NoReturn:
     if sys.stdin is None:
         sys.stdin = open(os.devnull)  # noqa: SIM115
     if sys.stdout is None:
+        from volumetool import output
+
+        output.stdout_closed_at_start = True  # a file's data written there is lost: exit 1
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115

@@ -111,7 +111,9 @@ def tuning_options(f):
     return f
 
 
-@click.command(cls=Command, short_help="Summarize long threads, by hand or from cron.")
+@click.command(
+    cls=Command, verdict=True, short_help="Summarize long threads, by hand or from cron."
+)
 @volumes_argument
 @click.option(
     "--config",

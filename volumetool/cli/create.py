@@ -10,7 +10,7 @@ from volumetool.cli.options import Command, name_text, say, volume_argument
 from volumetool.text import plural
 
 
-@click.command(cls=Command, short_help="Create a new, empty agent file.")
+@click.command(cls=Command, verdict=True, short_help="Create a new, empty agent file.")
 @volume_argument
 @click.option(
     "--name",
@@ -37,7 +37,7 @@ def init(volume: str, name: str) -> None:
     say(f"created {path}")
 
 
-@click.command(cls=Command, short_help="Write a realistic sample volume.")
+@click.command(cls=Command, verdict=True, short_help="Write a realistic sample volume.")
 @volume_argument
 @click.option(
     "--sessions",

@@ -32,7 +32,7 @@ from volumetool.render import Listing, render_document
 from volumetool.text import plural
 
 
-@click.command(cls=Command, short_help="/status totals; one row per volume for many.")
+@click.command(cls=Command, verdict=True, short_help="/status totals; one row per volume for many.")
 @volumes_argument
 @click.option(
     "--config",

@@ -40,7 +40,9 @@ def _deletion_line(verb: str, threads: tuple[str, str], done, memories: str = ""
     )
 
 
-@click.command(cls=Command, short_help="Delete archived threads older than the retention period.")
+@click.command(
+    cls=Command, verdict=True, short_help="Delete archived threads older than the retention period."
+)
 @volume_argument
 @click.option(
     "--archived-before",
@@ -157,7 +159,11 @@ def _list_prune(conn, before: str, counts: dict, output, tablefmt, limit) -> Non
         note_cut(limit, "thread")
 
 
-@click.command(cls=Command, short_help="Erase every thread under a key: the right to be forgotten.")
+@click.command(
+    cls=Command,
+    verdict=True,
+    short_help="Erase every thread under a key: the right to be forgotten.",
+)
 @volume_argument
 @click.option(
     "--key",

@@ -21,7 +21,7 @@ from volumetool.cli.options import (
 from volumetool.text import plural
 
 
-@click.command(cls=Command, short_help="A consistent copy of a live agent file.")
+@click.command(cls=Command, verdict=True, short_help="A consistent copy of a live agent file.")
 @volume_argument
 @click.argument("dest", type=AFTER_VOLUME, metavar="DEST|-")
 @busy_timeout_option
@@ -45,7 +45,7 @@ def backup(volume, dest, busy_timeout) -> None:
     say(f"backed up {path} to {where}")
 
 
-@click.command(cls=Command, short_help="Check integrity and consistency.")
+@click.command(cls=Command, verdict=True, short_help="Check integrity and consistency.")
 @volumes_argument
 @click.option("--json", "as_json", is_flag=True, help="Problems as one JSON array.")
 @shard_option

@@ -147,7 +147,7 @@ def export(volume, output_path, fmt, busy_timeout) -> None:
     )
 
 
-@memories.command(name="import", short_help="Import memories, all or nothing.")
+@memories.command(name="import", verdict=True, short_help="Import memories, all or nothing.")
 @volume_argument
 @click.argument("file", type=AFTER_VOLUME, metavar="FILE|-")
 @click.option(

@@ -84,7 +84,21 @@ def _volume_first(command: click.Command, ctx: click.Context) -> None:
 
 
 class Command(_OnceEach, Documented, click.Command):
-    """Every volumetool command: `@click.command(cls=Command)`."""
+    """Every volumetool command: `@click.command(cls=Command)`. `verdict=True` for a command
+    whose exit code says what it found (validate, compact, check, migrate, …): stdout closed
+    by its reader does not end it (`output.VerdictStdout`). Listings stop there, exit 0."""
+
+    def __init__(self, *args, verdict: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.verdict = verdict
+
+    def invoke(self, ctx: click.Context):
+        if not self.verdict:
+            return super().invoke(ctx)
+        from volumetool.output import verdict_stdout
+
+        with verdict_stdout():
+            return super().invoke(ctx)
 
 
 class Group(_OnceEach, Documented, click.Group):

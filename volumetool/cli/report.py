@@ -19,7 +19,7 @@ from volumetool.text import plural
 MAX_DAYS = 366
 
 
-@click.command(cls=Command, short_help="One self-contained HTML page with charts.")
+@click.command(cls=Command, verdict=True, short_help="One self-contained HTML page with charts.")
 @volumes_argument
 @click.option(
     "-o",

@@ -21,7 +21,9 @@ from volumetool.cli.options import (
 )
 
 
-@click.command(cls=Command, short_help="Bring agent files to the current format (0.x too).")
+@click.command(
+    cls=Command, verdict=True, short_help="Bring agent files to the current format (0.x too)."
+)
 @volumes_argument
 @click.option(
     "--list",

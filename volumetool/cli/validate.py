@@ -11,7 +11,9 @@ from volumetool.cli.options import Command, say
 from volumetool.render import render_document
 
 
-@click.command(cls=Command, short_help="Check the memory: and model: blocks of agent configs.")
+@click.command(
+    cls=Command, verdict=True, short_help="Check the memory: and model: blocks of agent configs."
+)
 @click.argument("paths", nargs=-1, metavar="PATH...")
 @click.option(
     "--format",
