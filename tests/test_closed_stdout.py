@@ -158,3 +158,19 @@ def test_a_signal_while_the_command_still_imports_is_one_line_and_130_or_143(
     assert proc.returncode == code, err
     assert err.startswith("volumetool: interrupted") and len(err.splitlines()) == 1, err
     assert proc.stdout == b""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("output", ["--nl", "--table"])
+def test_a_compaction_whose_stdout_is_full_still_writes_its_metrics_file(
+    tmp_path, due_volume, output
+):
+    config = write_config(tmp_path / "agent.yaml", SimpleNamespace(url=refused_url()))
+    metrics = tmp_path / "gm.prom"
+    args = ["compact", due_volume, "--config", config, "--metrics-file", metrics]
+    with open("/dev/full", "w") as full:
+        proc = volumetool(*args, *([output] if output != "--table" else []), stdout=full)
+        code, err = finished(proc)
+    assert code == 1, err
+    assert "No space left on device" in err and "Traceback" not in err
+    assert "volumetool_compact_duration_seconds" in metrics.read_text()

@@ -320,16 +320,19 @@ def compact(
             # What the pass decided before the signal is shown, as the results of a whole
             # pass are; then the interrupt's line (it says what is committed), 130 or 143.
             stack.close()  # the bar ends before the results
-            results.show(results.seen)
+            results.show(results.seen)  # a stdout that failed is the lesser news here
             _record(metrics, results.seen, time.monotonic() - started, exc.exit_code, shard)
             raise
-    results.show(outcomes)
+    unwritten = results.show(outcomes)
     counts: dict[str, int] = {}
     for outcome in outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     say(summary or "nothing due")
-    sys.exit(_record(metrics, outcomes, time.monotonic() - started, code, shard))
+    code = _record(metrics, outcomes, time.monotonic() - started, code, shard)
+    if unwritten is not None:  # stdout full: raised once the pass is recorded
+        raise unwritten
+    sys.exit(code)
 
 
 class _Results:
@@ -340,7 +343,7 @@ class _Results:
         self.output = output
         self.seen: list = []  # every outcome decided, in that order
         self.written: set[int] = set()  # those --nl wrote (ids)
-        self.broken: OSError | None = None  # stdout closed or full: the pass goes on
+        self.broken: OSError | None = None  # stdout full: the pass goes on
 
     def decided(self, outcome) -> None:
         self.seen.append(outcome)
@@ -351,16 +354,21 @@ class _Results:
             except OSError as exc:  # raised once the pass is over, as at its end
                 self.broken = exc
 
-    def show(self, outcomes) -> None:
-        """The rows not written yet, in the chosen format."""
+    def show(self, outcomes) -> OSError | None:
+        """The rows not written yet, in the chosen format; the error of a stdout that could
+        not take them (full), which the caller raises once it recorded the pass."""
         if self.broken is not None:
-            raise self.broken
+            return self.broken
         rest = [o for o in outcomes if id(o) not in self.written]
-        if self.output:
-            self._write(rest)
-        else:
-            for outcome in rest:
-                click.echo(outcome.line())
+        try:
+            if self.output:
+                self._write(rest)
+            else:
+                for outcome in rest:
+                    click.echo(outcome.line())
+        except OSError as exc:
+            self.broken = exc
+        return self.broken
 
     def _write(self, outcomes) -> None:
         from volumetool.cli.options import emit
