@@ -104,7 +104,8 @@ def _translate(exc: Exception) -> VolumetoolError:
     """What an exception that no layer below translated means for the user."""
     if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
         # stdout closed early (`volumetool runs … --json | head -1`): the reader has what it
-        # wanted. Every command and format ends the same way: quietly, exit 0.
+        # wanted. A listing, in every format, ends quietly, exit 0. (A command whose exit
+        # code is a verdict never gets here: `Command(verdict=True)` finishes it.)
         from volumetool.output import discard_stdout
 
         discard_stdout()

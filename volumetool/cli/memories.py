@@ -71,7 +71,7 @@ def get(volume, key, busy_timeout) -> None:
     sys.stdout.write(escape_control(value) + "\n" if sys.stdout.isatty() else value)
 
 
-@memories.command(name="remember", short_help="Save or update a memory (audited).")
+@memories.command(name="remember", verdict=True, short_help="Save or update a memory (audited).")
 @volume_argument
 @key_argument
 @click.argument("value", type=AFTER_VOLUME, callback=utf8_text)
@@ -91,7 +91,7 @@ def remember_(volume, key, value, busy_timeout) -> None:
         remember(conn, key, value)
 
 
-@memories.command(name="forget", short_help="Delete a memory (audited).")
+@memories.command(name="forget", verdict=True, short_help="Delete a memory (audited).")
 @volume_argument
 @key_argument
 @busy_timeout_option

@@ -27,7 +27,7 @@ def thread() -> None:
     """
 
 
-@thread.command()
+@thread.command(verdict=True)
 @volume_argument
 @key_argument
 @busy_timeout_option
@@ -61,7 +61,7 @@ def asks_first(f):
     return f
 
 
-@thread.command()
+@thread.command(verdict=True)
 @asks_first
 def reset(volume, key, yes, busy_timeout) -> None:
     """/reset: delete the active thread's messages and summary under KEY (its runs and audit
@@ -85,7 +85,7 @@ def reset(volume, key, yes, busy_timeout) -> None:
     say(f"deleted {plural(deleted, 'message')} and the summary of thread {session}")
 
 
-@thread.command()
+@thread.command(verdict=True)
 @asks_first
 def undo(volume, key, yes, busy_timeout) -> None:
     """Reverse the latest compaction of the active thread under KEY: the messages it folded
