@@ -174,3 +174,40 @@ def test_a_compaction_whose_stdout_is_full_still_writes_its_metrics_file(
     assert code == 1, err
     assert "No space left on device" in err and "Traceback" not in err
     assert "volumetool_compact_duration_seconds" in metrics.read_text()
+
+
+def test_migrate_check_with_a_migration_pending_exits_1_when_the_reader_closes_stdout(tmp_path):
+    from tests.test_migrate import legacy_file
+
+    path, _ = legacy_file(tmp_path / "agent.db")
+    out = closed_pipe()
+    proc = volumetool("migrate", path, "--check", stdout=out)
+    os.close(out)
+    code, err = finished(proc)
+    assert code == 1, err
+
+
+LISTINGS = {
+    "audit", "config show", "memories export", "memories get", "memories list", "runs",
+    "search", "sessions", "transcript",
+}  # fmt: skip
+
+
+def test_every_command_but_a_listing_keeps_its_verdict_on_a_closed_stdout():
+    """A new command is a verdict's (`Command(verdict=True)`) unless it only lists."""
+    import click
+
+    from volumetool.cli import cli
+
+    def commands(group, prefix=""):
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            if isinstance(command, click.Group):
+                yield from commands(command, f"{prefix}{name} ")
+            else:
+                yield f"{prefix}{name}", command
+
+    found = dict(commands(cli))
+    assert set(found) >= LISTINGS
+    assert {name for name, command in found.items() if not command.verdict} == LISTINGS
