@@ -200,7 +200,7 @@ def test_ctrl_c_in_a_fold_sent_in_parts_keeps_what_the_parts_that_answered_repor
     assert exit_code == code, err
     assert err.splitlines() == [
         "volumetool: interrupted; the 1 model call under way is recorded as a failed run"
-        " (the provider may bill them); what was committed before stays"
+        " (the provider may bill it); what was committed before stays"
     ]
     # The first part answered and reported its usage; the second is under way.
     [(_, status, input_tokens, output_tokens, error)] = compaction_runs(w.path)
@@ -392,7 +392,7 @@ def test_an_interrupted_pass_shows_the_rows_it_decided(tmp_path, server, output,
     assert proc.returncode == code, err
     assert err.decode().splitlines() == [
         "volumetool: interrupted; the 1 model call under way is recorded as a failed run"
-        " (the provider may bill them); what was committed before stays"
+        " (the provider may bill it); what was committed before stays"
     ]
     runs = {r[0]: r for r in compaction_runs(w.path)}
     if output is None:  # one line a thread: "VOLUME KEY: what became of it"
@@ -483,7 +483,7 @@ def test_an_interrupted_pass_over_many_volumes_says_which_were_finished(
     assert proc.returncode == code, err
     assert err.splitlines() == [
         "volumetool: interrupted; the 1 model call under way is recorded as a failed run"
-        " (the provider may bill them); what was committed before stays;"
+        " (the provider may bill it); what was committed before stays;"
         f" finished: 1 ({paths[0]}); not finished: 2 ({paths[1]}, {paths[2]})"
     ]
     rows = [json.loads(line) for line in lines]
@@ -576,3 +576,98 @@ def test_an_interrupted_pass_does_not_turn_the_next_one_red(tmp_path, server):
     [row] = [json.loads(line) for line in out.splitlines()]
     assert (row["status"], row["reason"]) == ("compacted", None)
     assert [r[1] for r in compaction_runs(w.path)] == ["error", "ok"]
+
+
+@SIGNALS
+def test_a_volume_that_could_not_be_opened_is_not_finished(tmp_path, server, signum, code):
+    """`compact nosuch a b` stopped while b's call is under way: a missing file was not
+    compacted, so it is among the volumes not finished, beside b (its row says why)."""
+    paths = [tmp_path / "nosuch.db"]
+    for name in ("a", "b"):
+        w = VolumeWriter(tmp_path / f"{name}.db")
+        due_thread(w, f"{name}:0")
+        w.close()
+        paths.append(w.path)
+    config = write_config(tmp_path / "agent.yaml", server)
+    release = hold_from(server, 2)
+    proc = start_compact(paths[0], config, *paths[1:], "--concurrency", "1", "--nl")
+    wait_for(lambda: len(server.requests) == 2 and len(ok_runs(paths[1])) == 1, proc)
+    code_, err = interrupt(proc, signum)
+    release.set()
+    assert code_ == code, err
+    assert err.splitlines()[-1].endswith(
+        f"; finished: 1 ({paths[1]}); not finished: 2 ({paths[0]}, {paths[2]})"
+    ), err
+
+
+def hold_the_write_lock_from(server, path, n: int) -> tuple[threading.Event, threading.Event]:
+    """At the server's first request the agent takes the volume's write lock (so the first
+    answer's commit waits for it, and the answers after it for their turn); the server answers
+    the first n-1 requests and holds the others. Set the second event to release both."""
+    taken, release = threading.Event(), threading.Event()
+    agent = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    def hold(body):
+        if not taken.is_set():
+            agent.execute("BEGIN IMMEDIATE")
+            taken.set()
+        if len(server.requests) >= n:
+            release.wait(120)
+
+    def let_go() -> None:
+        release.wait(120)
+        agent.execute("ROLLBACK")
+        agent.close()
+
+    server.on_request = hold
+    threading.Thread(target=let_go, daemon=True).start()
+    return taken, release
+
+
+def test_the_message_counts_calls_under_way_and_answers_not_committed_apart(tmp_path, server):
+    """SIGTERM while one answer's commit waits for the agent's lock, two answers wait for their
+    turn and one call is under way: the write under way finishes (it is shielded) and says so,
+    never "rolled back"; the answers are recorded as failed runs, counted apart from the call
+    under way."""
+    w = VolumeWriter(tmp_path / "agent.db")
+    for n in range(4):
+        due_thread(w, f"discord:{n}")
+    w.close()
+    config = write_config(tmp_path / "agent.yaml", server)
+    taken, release = hold_the_write_lock_from(server, w.path, 4)
+    proc = start_compact(w.path, config, "--concurrency", "4", "--busy-timeout", "60", "--nl")
+    lines, reader = read_lines(proc)
+    wait_for(lambda: taken.is_set() and len(server.requests) == 4, proc)
+    time.sleep(1.0)  # the three answers come back: one waits for the lock, two for their turn
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    release.set()  # the agent lets go: the write under way commits
+    proc.wait(timeout=60)
+    reader.join()
+    err = proc.stderr.read().decode()
+    assert proc.returncode == 143, err
+    runs = compaction_runs(w.path)
+    calls = sum(r[4] == INTERRUPTED for r in runs)
+    answers = sum(r[4] == INTERRUPTED_AFTER for r in runs)
+    assert calls == 1 and len(runs) == calls + answers + 1, runs
+    [written] = [json.loads(line) for line in lines if b'"compacted"' in line]
+    committed = [r for r in runs if r[1] == "ok"]
+    assert [r[0] for r in committed] == [written["session_id"]]
+    said = "the 1 model call under way"
+    if answers:
+        said += f" and the {answers} answer{'s' * (answers > 1)} not yet committed"
+    assert err.splitlines() == [
+        f"volumetool: interrupted; {said} are recorded as failed runs (the provider may bill"
+        f" them); the write under way finished ({written['conversation_key']}: compacted);"
+        " what was committed before stays"
+    ]
+
+
+def test_the_message_of_one_answer_not_committed_says_it():
+    from volumetool.compaction.run import Outcome, _interrupted
+
+    answer = Outcome("a.db", "k", 1, "failed", error=INTERRUPTED_AFTER, run_id=3)
+    assert _interrupted([answer], [], True).message == (
+        "interrupted; the 1 answer not yet committed is recorded as a failed run (the provider"
+        " may bill it); what was committed before stays"
+    )

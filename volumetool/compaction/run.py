@@ -308,6 +308,7 @@ class _Planner:
         self.volumes: list[tuple[Volume | None, list[Outcome]]] = []
         self.jobs: list[int] = []  # each volume's jobs planned so far
         self.planned = 0  # the volumes whose planning is over
+        self.unreadable: set[int] = set()  # the volumes that failed to be read mid-way
         self._skipped: list[Outcome] = []  # the outcomes of the volume being planned
         self._scale = DEFAULT_TOKEN_SCALE  # the volume's figure for the model (store.token_scale)
         self._stack = stack
@@ -328,15 +329,18 @@ class _Planner:
         return outcome
 
     def finished(self, arguments: Sequence[str | None], ended: Sequence[Outcome]) -> list[bool]:
-        """Whether each volume was finished when the pass stopped: planned, and every job of it
-        ended (not stopped by the interrupt)."""
+        """Whether each volume was finished when the pass stopped: opened, read to its end,
+        planned, and every job of it ended (not stopped by the interrupt). A volume that
+        could not be opened or read was not done: its row says why."""
         done: dict[str, int] = {}
         for outcome in ended:
             if outcome.reason != INTERRUPTED_REASON:
                 done[outcome.volume] = done.get(outcome.volume, 0) + 1
         return [
             index < self.planned
-            and (volume is None or done.get(str(volume.path), 0) == self.jobs[index])
+            and volume is not None
+            and index not in self.unreadable
+            and done.get(str(volume.path), 0) == self.jobs[index]
             for index, (volume, _) in enumerate(self.volumes)
         ] + [False] * (len(arguments) - len(self.volumes))
 
@@ -387,6 +391,7 @@ class _Planner:
                     self.jobs[index] += job is not None
                     yield job
             except VolumetoolError as exc:
+                self.unreadable.add(index)
                 outcomes.append(self._decided(_unusable(str(volume.path), exc)))
         self.planned = len(self.volumes)
 
@@ -729,8 +734,12 @@ class _Writes:
     snapshot). Ctrl-C while an ending waits for its turn does not lose a call that was made: it
     is then recorded, not committed. A write under way finishes in its thread."""
 
-    def __init__(self, pending: Pending | None = None) -> None:
+    def __init__(
+        self, pending: Pending | None = None, stopped: list[Outcome] | None = None
+    ) -> None:
         self.turn = asyncio.Lock()
+        # The outcome of the write under way when Ctrl-C came: it finished, whatever it wrote.
+        self.stopped = stopped if stopped is not None else []
         self.planned = asyncio.Event()
         self.pending = pending  # the runs a busy volume could not take yet
         self.agents_turn: dict[Path, float] = {}  # each volume's: until when the agent has it
@@ -757,7 +766,9 @@ class _Writes:
                     return self.kept(job, await asyncio.shield(writing))
                 except asyncio.CancelledError:
                     # Ctrl-C while it is written in its thread: its outcome is what was written.
-                    return self.kept(job, await writing)
+                    outcome = self.kept(job, await writing)
+                    self.stopped.append(outcome)
+                    return outcome
         except asyncio.CancelledError:
             # Ctrl-C twice: while written in its thread, or the ending of a call Ctrl-C stopped.
             if under_way or ending.failure in (INTERRUPTED, INTERRUPTED_AFTER):
@@ -794,10 +805,11 @@ async def summarize_all(
     on_planned: Callable[[int], None],
     on_done: Callable[[Outcome], None],
     pending: Pending | None = None,
+    stopped: list[Outcome] | None = None,
 ) -> list[Outcome]:
     """Each job's outcome, in the order planned. The first `concurrency` calls go out together,
     the others as jobs are planned; the writes wait until planning is over (each volume is
-    read in one snapshot)."""
+    read in one snapshot). `stopped` gets the outcome of a write Ctrl-C came during."""
     candidates = planner.candidates()
     # Planned before any is sent: interleaved with planning, each first call's connection and
     # request waited a thread's planning at every turn of the loop.
@@ -805,7 +817,7 @@ async def summarize_all(
     if not first:
         return []
     semaphore = asyncio.Semaphore(request.concurrency)
-    writes = _Writes(pending)
+    writes = _Writes(pending, stopped)
     system = system_prompt(request.prompt, request.instructions)
     limits = Limits(request.max_input_tokens, request.max_summary_tokens)
     # One thread reads the folds' facts, one fold after another: it is CPU work under the GIL,
@@ -963,6 +975,8 @@ def compact(
     model, endpoint = resolve_endpoint(request, need_key=not request.dry_run)
     ended: list[Outcome] = []  # the jobs' outcomes, as they end
     recorded: list[Outcome] = []  # calls under way at Ctrl-C, recorded as failed runs
+    stopped: list[Outcome] = []  # the write under way at Ctrl-C, which finished
+    calling = False  # past planning's start: every write under way at Ctrl-C finishes
 
     def job_ended(outcome: Outcome) -> None:
         if outcome.error in (INTERRUPTED, INTERRUPTED_AFTER):
@@ -984,20 +998,30 @@ def compact(
             else:
                 assert endpoint is not None
                 pending = Pending()
+                calling = True
                 with settling(pending):
                     done = run_until_stopped(
                         summarize_all(
-                            planner, request, endpoint, transport, on_planned, job_ended, pending
+                            planner,
+                            request,
+                            endpoint,
+                            transport,
+                            on_planned,
+                            job_ended,
+                            pending,
+                            stopped,
                         )
                     )
         except (KeyboardInterrupt, Interrupted) as exc:
-            # Nothing under way: a volume's own Interrupted says what became of its writes.
-            stopped = _recorded(recorded) if recorded else exc
+            # Before the calls (opening, a dry run): a volume's own Interrupted says what
+            # became of its writes. After: the pass says it, for no write was rolled back.
+            written = any(v is not None and v.written for v, _ in planner.volumes)
+            interrupt = _interrupted(recorded, stopped, written) if calling else exc
             if len(volumes) < 2:
-                raise stopped from None
+                raise interrupt from None
             finished = planner.finished(volumes, ended)
             raise Interrupted.between_volumes(
-                stopped,
+                interrupt,
                 [str(v) for v, ok in zip(volumes, finished, strict=True) if ok],
                 [str(v) for v, ok in zip(volumes, finished, strict=True) if not ok],
             ) from None
@@ -1005,12 +1029,27 @@ def compact(
     return outcomes, worst_exit_code(o.exit_code for o in outcomes)
 
 
-def _recorded(recorded: Sequence[Outcome]) -> Interrupted:
-    """Ctrl-C or SIGTERM once calls were under way: each is recorded as a failed run."""
-    recorded_as = (
-        "is recorded as a failed run" if len(recorded) == 1 else "are recorded as failed runs"
-    )
-    return Interrupted(
-        f"interrupted; the {plural(len(recorded), 'model call')} under way "
-        f"{recorded_as} (the provider may bill them); what was committed before stays"
-    )
+def _interrupted(
+    recorded: Sequence[Outcome], stopped: Sequence[Outcome], written: bool
+) -> Interrupted:
+    """Ctrl-C or SIGTERM once the calls had started: each call under way, and each answer not
+    yet committed, is recorded as a failed run; a write under way finished (it is not stopped
+    in its thread), and its row says what it wrote."""
+    parts = []
+    if recorded:
+        calls = sum(outcome.error == INTERRUPTED for outcome in recorded)
+        answers = len(recorded) - calls
+        what = [f"the {plural(calls, 'model call')} under way"] * bool(calls) + [
+            f"the {plural(answers, 'answer')} not yet committed"
+        ] * bool(answers)
+        one = len(recorded) == 1
+        parts.append(
+            " and ".join(what)
+            + (" is recorded as a failed run" if one else " are recorded as failed runs")
+            + f" (the provider may bill {'it' if one else 'them'})"
+        )
+    for outcome in stopped:
+        key = escape_control(outcome.conversation_key or "")
+        parts.append(f"the write under way finished ({key}: {outcome.status})")
+    parts.append("what was committed before stays" if written or recorded else "nothing was written")
+    return Interrupted("interrupted; " + "; ".join(parts))
