@@ -1051,5 +1051,7 @@ def _interrupted(
     for outcome in stopped:
         key = escape_control(outcome.conversation_key or "")
         parts.append(f"the write under way finished ({key}: {outcome.status})")
-    parts.append("what was committed before stays" if written or recorded else "nothing was written")
+    parts.append(
+        "what was committed before stays" if written or recorded else "nothing was written"
+    )
     return Interrupted("interrupted; " + "; ".join(parts))
