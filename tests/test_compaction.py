@@ -1236,3 +1236,21 @@ def test_a_conflict_of_one_message_is_counted_in_the_singular(tmp_path):
     reason = f"1 of the {len(fold)} messages to fold was folded or deleted meanwhile"
     assert conflict_reason(w.conn, thread, fold) == reason
     w.close()
+
+
+@pytest.mark.parametrize("unusable", ["-", ""], ids=["dash", "empty"])
+def test_an_unusable_volume_argument_is_refused_before_any_work(
+    run_cli, volume, server, tmp_path, unusable
+):
+    """`compact w - --config agent.yaml` spent model calls on, and committed to, `w` before it
+    refused `-`; `migrate w -` and `report w - -o r.html` worked on `w` first too. Every VOLUME
+    argument that cannot name a file is refused up front, as `status w -` does."""
+    before = table_dump(volume["path"])
+    lock = volume["path"].with_name("agent.db.volumetool-lock")
+    assert_clean_error(compact(run_cli, volume, unusable), 2)
+    assert server.requests == [] and not lock.exists()
+    assert_clean_error(run_cli("migrate", volume["path"], unusable), 2)
+    page = tmp_path / "r.html"
+    assert_clean_error(run_cli("report", volume["path"], unusable, "-o", page), 2)
+    assert not page.exists() and not lock.exists()
+    assert table_dump(volume["path"]) == before

@@ -83,7 +83,9 @@ def resized(size: int, took: float, most: int, aim: float | None = None) -> int:
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def _given(argument: str | os.PathLike | None) -> str:
+def check_argument(argument: str | os.PathLike | None) -> str:
+    """A VOLUME argument that can name a file, checked without opening anything: none, empty
+    or `-` is unusable input (exit 2)."""
     # $VOLUMETOOL_VOLUME is read by the CLI alone (cli.options), where no VOLUME is given.
     if argument is None or str(argument) == "":
         raise UnusableInput("no VOLUME given", f"pass a path or set {VOLUME_ENV}")
@@ -99,7 +101,7 @@ def resolve(argument: str | os.PathLike | None) -> Path:
     """The agent file named by a VOLUME argument (a file, or a directory holding agent.db). A
     path that cannot be looked at (too long, a directory without permission) is returned as it
     is: `check_file` then says why it cannot be used."""
-    path = Path(_given(argument))
+    path = Path(check_argument(argument))
     try:
         is_directory = path.is_dir()
     except OSError:
@@ -119,7 +121,7 @@ def is_sqlite_file(argument: str) -> bool:
 
 def resolve_new(argument: str | os.PathLike | None) -> Path:
     """Like `resolve`, for a file about to be created: a trailing slash also means a directory."""
-    given = _given(argument)
+    given = check_argument(argument)
     path = resolve(given)
     if given.endswith(os.sep) and path.name != DB_NAME:
         return path / DB_NAME

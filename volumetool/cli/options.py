@@ -201,15 +201,22 @@ def volume_argument(f: Callable) -> Callable:
 
 
 def volumes_argument(f: Callable) -> Callable:
-    """VOLUME... of the commands that take many (migrate, compact): $VOLUMETOOL_VOLUME when
-    none is given."""
+    """VOLUME... of the commands that take many (migrate, compact, status, report):
+    $VOLUMETOOL_VOLUME when none is given. Each is checked before any is worked on: a `-` or
+    an empty name after a good volume must not stop the command only once it has spent model
+    calls on, or written, the first."""
 
     def from_environment(ctx: click.Context, param: click.Parameter, value: tuple) -> tuple:
-        if value:
-            return value
-        if os.environ.get(VOLUME_ENV):
-            return (os.environ[VOLUME_ENV],)
-        raise click.MissingParameter(ctx=ctx, param=param)
+        from volumetool.volume import check_argument
+
+        if not value and os.environ.get(VOLUME_ENV):
+            value = (os.environ[VOLUME_ENV],)
+        if not value:
+            raise click.MissingParameter(ctx=ctx, param=param)
+        if not ctx.resilient_parsing:  # shell completion
+            for argument in value:
+                check_argument(argument)
+        return value
 
     return click.argument(
         "volumes", nargs=-1, type=_Volume(), metavar="VOLUME...", callback=from_environment
