@@ -40,6 +40,17 @@ def start_compact(path, config, *args, ignore_sigint: bool = False) -> subproces
     )
 
 
+def due_volumes(tmp_path, *names: str, key: str = "{}:0") -> list:
+    """One volume for each name, each with one due thread (its key `key` with the name)."""
+    paths = []
+    for name in names:
+        w = VolumeWriter(tmp_path / f"{name}.db")
+        due_thread(w, key.format(name))
+        w.close()
+        paths.append(w.path)
+    return paths
+
+
 def compaction_runs(path) -> list[tuple]:
     sql = "SELECT session_id, status, input_tokens, output_tokens, error FROM runs"
     return rows(path, sql + " WHERE trigger = 'compaction' ORDER BY id")
@@ -152,12 +163,7 @@ def test_an_interrupt_while_waiting_for_a_volume_lock_starts_nothing_more(
     from tests.test_cli import holds_open
     from volumetool.volume import lock_path, volume_lock
 
-    paths = []
-    for name in ("a", "b"):
-        w = VolumeWriter(tmp_path / f"{name}.db")
-        due_thread(w, f"discord:{name}")
-        w.close()
-        paths.append(w.path)
+    paths = due_volumes(tmp_path, "a", "b", key="discord:{}")
     config = write_config(tmp_path / "agent.yaml", server)
     before = table_dump(paths[1])
     with volume_lock(paths[0]):
@@ -582,12 +588,7 @@ def test_an_interrupted_pass_does_not_turn_the_next_one_red(tmp_path, server):
 def test_a_volume_that_could_not_be_opened_is_not_finished(tmp_path, server, signum, code):
     """`compact nosuch a b` stopped while b's call is under way: a missing file was not
     compacted, so it is among the volumes not finished, beside b (its row says why)."""
-    paths = [tmp_path / "nosuch.db"]
-    for name in ("a", "b"):
-        w = VolumeWriter(tmp_path / f"{name}.db")
-        due_thread(w, f"{name}:0")
-        w.close()
-        paths.append(w.path)
+    paths = [tmp_path / "nosuch.db", *due_volumes(tmp_path, "a", "b")]
     config = write_config(tmp_path / "agent.yaml", server)
     release = hold_from(server, 2)
     proc = start_compact(paths[0], config, *paths[1:], "--concurrency", "1", "--nl")
