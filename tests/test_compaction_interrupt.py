@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -396,7 +397,10 @@ def test_an_interrupted_pass_shows_the_rows_it_decided(tmp_path, server, output,
     out, err = proc.communicate(timeout=60)
     release.set()
     assert proc.returncode == code, err
-    assert err.decode().splitlines() == [
+    # The second commit may still be on its way back from its thread when the signal comes:
+    # then it is the write under way, and the line says it finished.
+    said = re.sub(r"; the write under way finished \(discord:\d: compacted\)", "", err.decode())
+    assert said.splitlines() == [
         "volumetool: interrupted; the 1 model call under way is recorded as a failed run"
         " (the provider may bill it); what was committed before stays"
     ]
@@ -657,10 +661,14 @@ def test_the_message_counts_calls_under_way_and_answers_not_committed_apart(tmp_
     said = "the 1 model call under way"
     if answers:
         said += f" and the {answers} answer{'s' * (answers > 1)} not yet committed"
+    said += (
+        " are recorded as failed runs (the provider may bill them)"
+        if answers
+        else " is recorded as a failed run (the provider may bill it)"  # under a heavy load
+    )
     assert err.splitlines() == [
-        f"volumetool: interrupted; {said} are recorded as failed runs (the provider may bill"
-        f" them); the write under way finished ({written['conversation_key']}: compacted);"
-        " what was committed before stays"
+        f"volumetool: interrupted; {said}; the write under way finished"
+        f" ({written['conversation_key']}: compacted); what was committed before stays"
     ]
 
 
