@@ -223,6 +223,21 @@ SINGLES: dict[str, str] = {
         )
         for n in (18, 19, 20, 21)
     },
+    "volumetool.providers.base.xǁProviderǁoutcome__mutmut_5": (
+        "reasons.get(None, None) is None, as the guard returns: `reasons` maps finish reasons, "
+        "which are text, so None is never one of its keys."
+    ),
+    "volumetool.providers.base.xǁEventStreamǁfeed__mutmut_5": (
+        "_first set to None instead of False: it is only tested for truth."
+    ),
+    **{
+        f"volumetool.providers.base.xǁEventStreamǁclose__mutmut_{n}": (
+            "The buffer left otherwise after close(): close is a stream's last call "
+            "(ModelClient._stream feeds nothing after it, then reads payload()), so it is "
+            "never read again."
+        )
+        for n in (5, 6)
+    },
     "volumetool.providers.base.x_repeating__mutmut_12": (
         "The look-back starting at 1 instead of 0 misses only the probe at index 0, whose "
         "passage (end - 8 characters) cannot fit 3 times in a text of at least SPAN = 240, so "

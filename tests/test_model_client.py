@@ -913,11 +913,12 @@ def test_an_event_stream_is_known_by_its_first_line_whatever_its_label():
     assert isinstance(late, ModelError) and "no choices (in an event stream)" in late.reason
 
 
-def chat_stream(*chunks: dict) -> object:
+def chat_stream(*chunks: dict, headers: dict[str, str] | None = None) -> object:
     """Chat completion chunks as OpenAI streams them: `data:` lines, then `[DONE]`."""
     head = {"id": "chatcmpl-7", "object": "chat.completion.chunk", "created": 1, "model": "m"}
     body = b"".join(b"data: %s\n\n" % json.dumps({**head, **c}).encode() for c in chunks)
-    return answer(200, {"content-type": "text/event-stream"}, body + b"data: [DONE]\n\n")
+    stream = {"content-type": "text/event-stream", **(headers or {})}
+    return answer(200, stream, body + b"data: [DONE]\n\n")
 
 
 def chat_chunk(delta: dict | None, finish: str | None = None, index: int = 0) -> dict:
@@ -938,8 +939,10 @@ def test_a_chat_completion_stream_is_gathered_into_the_message_it_streams():
         chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"path": "a"}'}}]}),
         chat_chunk({}, "tool_calls"),
         CHAT_USAGE,
+        headers={"x-request-id": "req_5"},
     )
     assert (called.text, called.tool_call, called.finish) == (None, True, "tool_calls")
+    assert called.request_id == "req_5"  # for the error that refuses it (SPEC 13)
     assert (called.usage.input_tokens, called.usage.output_tokens) == (120, 7)
     # The legacy function_call delta (functions=, before tools) is a tool call too.
     legacy = chat_stream(
@@ -960,6 +963,27 @@ def test_a_chat_completion_stream_is_gathered_into_the_message_it_streams():
         "I'm sorry, I can't help.",
         False,
     )
+
+
+def test_a_stream_reads_the_same_in_any_chunks_and_without_its_last_newline():
+    """A server may close right after its last event, without the newline that ends it, and
+    the network cuts the bytes anywhere: the stream reads as if whole. Only the line ending
+    is taken off a last line; a U+FEFF at the start of a later chunk is text, not the byte
+    order mark a stream may begin with."""
+
+    def read(body: bytes, cut: int | None = None) -> object:
+        chunks = [body] if cut is None else [body[:cut], body[cut:]]
+        done = exchange(Body(chunks), {"content-type": "text/event-stream"})
+        return done if isinstance(done, Completion) else str(done)
+
+    text = json.dumps(chat_chunk({"content": "a\ufeffb"}), ensure_ascii=False)
+    first = b"data: %s\n\n" % text.encode()
+    last = json.dumps(chat_chunk({"content": "."}, "stop")).encode()
+    whole = read(first + b"data: " + last + b"\n")
+    assert isinstance(whole, Completion) and whole.text == "a\ufeffb.", whole
+    assert read(first + b"data: " + last, first.index(b"\xef\xbb\xbf")) == whole
+    for line in (b"data: " + last, b"data: " + last + b"\x0c", b"\rdata: " + last, last + b"X"):
+        assert read(first + line) == read(first + line + b"\n"), line
 
 
 def test_the_repetition_check_runs_each_time_the_answer_has_grown_by_check_every():
