@@ -985,6 +985,9 @@ def test_a_stream_reads_the_same_in_any_chunks_and_without_its_last_newline():
     data = b"data: " + last
     for line in (data, data + b"\x0c", b"\r" + data, data + b"X"):
         assert read(first + line) == read(first + line + b"\n"), line
+    # a byte of an event that is not UTF-8 is read as U+FFFD
+    broken = read(first.replace(b"\xef\xbb\xbf", b"\xff") + data)
+    assert isinstance(broken, Completion) and broken.text == "a\ufffdb.", broken
 
 
 def test_the_repetition_check_runs_each_time_the_answer_has_grown_by_check_every():
