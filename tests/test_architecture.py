@@ -251,7 +251,15 @@ def test_the_library_never_imports_click(path):
 # What a command may take from volume.py: the one snapshot, the one transaction, and what a
 # path names (no database opened). Anything more (a Volume, open_for_write, SQL) belongs in
 # the library call the command makes.
-COMMAND_VOLUME_NAMES = {"reading", "writing", "resolve", "resolve_new", "select", "is_sqlite_file"}
+COMMAND_VOLUME_NAMES = {
+    "reading",
+    "writing",
+    "resolve",
+    "resolve_new",
+    "select",
+    "is_sqlite_file",
+    "check_argument",  # refuses - and empty names; opens nothing
+}
 DATABASE_CALLS = {"execute", "executemany", "executescript", "snapshot"}
 
 
